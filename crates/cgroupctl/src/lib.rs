@@ -1,0 +1,1 @@
+//! cgroup v2 files: discovery, memory.* parsing and writes.

@@ -1,0 +1,1 @@
+//! Access sampling (DAMON, eBPF hint faults).

@@ -1,0 +1,184 @@
+//! Plain data that crosses the policy boundary: [`Snapshot`] in, [`Plan`] out.
+//!
+//! The policy crate does no I/O and reads no clock: everything time-dependent
+//! arrives as `elapsed_ms` in the snapshot, and everything carried between cycles
+//! lives in [`PolicyState`].
+
+/// Key of a container: the inode number of its cgroup v2 directory (the kernel's
+/// cgroup id). A cgroup removed and recreated under the same path gets a new id,
+/// so it never inherits state.
+pub type ContainerId = u64;
+
+/// A bound on a container's fast-tier bytes, as the operator wrote it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Share {
+    /// An absolute amount of fast-tier memory, in bytes.
+    Bytes(u64),
+    /// A fraction (0.0..=1.0) of the container's total memory usage (all nodes).
+    Fraction(f64),
+}
+
+impl Share {
+    /// Resolves the share to bytes for a container using `usage_bytes` in total.
+    pub fn resolve(self, usage_bytes: u64) -> u64 {
+        match self {
+            Share::Bytes(b) => b,
+            Share::Fraction(f) => (usage_bytes as f64 * f.clamp(0.0, 1.0)) as u64,
+        }
+    }
+}
+
+/// A container's policy after config matching (see DESIGN.md "Policy semantics").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerPolicy {
+    /// Lower protection: the fast-tier bytes guaranteed while demand reaches it.
+    pub local_low: Share,
+    /// Upper bound on fast-tier bytes, whatever capacity is free.
+    pub local_high: Share,
+    /// Relative weight (≥ 1) in the water-filling of the shared fast tier.
+    pub weight: u32,
+    /// Pinned to the fast tier (Vistara opt-out): its fast-tier usage is taken
+    /// out of the shared pool and it is never demoted.
+    pub opt_out: bool,
+}
+
+impl Default for ContainerPolicy {
+    fn default() -> Self {
+        ContainerPolicy {
+            local_low: Share::Bytes(0),
+            local_high: Share::Fraction(1.0),
+            weight: 100,
+            opt_out: false,
+        }
+    }
+}
+
+/// One managed container as sampled this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSnapshot {
+    pub id: ContainerId,
+    /// cgroup path relative to the cgroup2 root, for logs only.
+    pub name: String,
+    /// Bytes (anon + file) on fast-tier nodes, from `memory.numa_stat`.
+    pub fast_bytes: u64,
+    /// Bytes (anon + file) on lower-tier nodes, from `memory.numa_stat`.
+    pub slow_bytes: u64,
+    /// Hot-set bytes across all tiers when a hotness source knows them;
+    /// `None` means demand falls back to usage (`fast_bytes + slow_bytes`).
+    pub hot_bytes: Option<u64>,
+    pub policy: ContainerPolicy,
+}
+
+impl ContainerSnapshot {
+    /// Total usage on all nodes, in bytes.
+    pub fn usage_bytes(&self) -> u64 {
+        self.fast_bytes + self.slow_bytes
+    }
+}
+
+/// Everything the solver needs to know about the host this cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Total capacity of the fast-tier nodes (MemTotal summed), in bytes.
+    pub fast_capacity_bytes: u64,
+    /// Fast-tier bytes used by everything that is not a managed container
+    /// (kernel, page cache of unmanaged cgroups, daemons): capacity minus this
+    /// minus headroom is what the containers share.
+    pub fast_unmanaged_bytes: u64,
+    /// Milliseconds since the previous snapshot (0 on the first), for refilling
+    /// the token buckets.
+    pub elapsed_ms: u64,
+    pub containers: Vec<ContainerSnapshot>,
+}
+
+/// Tunables of the solver, from the daemon config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyParams {
+    /// Fast-tier bytes kept free for new allocations and promotions.
+    pub headroom_bytes: u64,
+    /// Hysteresis band: demote only above target + band, promote only below
+    /// target − band. Band = max(band_min_bytes, band_fraction × target).
+    pub band_fraction: f64,
+    pub band_min_bytes: u64,
+    /// Per-container demotion rate limit (token bucket refill), bytes/s.
+    pub container_demote_bytes_per_s: u64,
+    /// Host-wide demotion rate limit, bytes/s.
+    pub global_demote_bytes_per_s: u64,
+    /// Per-container and host-wide promotion budgets, bytes/s.
+    pub container_promote_bytes_per_s: u64,
+    pub global_promote_bytes_per_s: u64,
+    /// Token bucket depth, in seconds of refill.
+    pub burst_s: f64,
+}
+
+impl Default for PolicyParams {
+    fn default() -> Self {
+        PolicyParams {
+            headroom_bytes: 64 << 20,
+            band_fraction: 0.05,
+            band_min_bytes: 16 << 20,
+            container_demote_bytes_per_s: 64 << 20,
+            global_demote_bytes_per_s: 256 << 20,
+            container_promote_bytes_per_s: 32 << 20,
+            global_promote_bytes_per_s: 128 << 20,
+            burst_s: 2.0,
+        }
+    }
+}
+
+/// Where a container stands against its target after this cycle's solve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementState {
+    /// opt_out: pinned to the fast tier, outside the shared pool.
+    Pinned,
+    /// Fast-tier bytes above target + band: to be demoted.
+    OverTarget,
+    /// Fast-tier bytes below target − band: may be promoted.
+    UnderTarget,
+    /// Within the hysteresis band: no pages move.
+    AtTarget,
+}
+
+/// The solver's decision for one container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerPlan {
+    pub id: ContainerId,
+    /// Demand used this cycle (hot bytes, or usage), in bytes.
+    pub demand_bytes: u64,
+    /// Resolved local_low and local_high, in bytes.
+    pub local_low_bytes: u64,
+    pub local_high_bytes: u64,
+    /// Guaranteed fast-tier bytes: min(demand, local_low), scaled down when
+    /// the guarantees exceed capacity.
+    pub guarantee_bytes: u64,
+    /// Fast-tier target, in bytes.
+    pub target_bytes: u64,
+    /// Bytes to demote this cycle (after band and rate limits); 0 if none.
+    pub demote_bytes: u64,
+    /// Promotion budget this cycle (after band and rate limits); 0 if none.
+    pub promote_bytes: u64,
+    /// Value for `memory.low`: protects containers at or under target from
+    /// kswapd demotion; 0 for containers over target.
+    pub memory_low_bytes: u64,
+    pub state: PlacementState,
+}
+
+/// The solver's output for one cycle.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    /// Fast-tier bytes shared among non-pinned containers this cycle.
+    pub pool_bytes: u64,
+    /// True when the guarantees alone exceeded the pool and were scaled down.
+    pub guarantees_scaled: bool,
+    pub containers: Vec<ContainerPlan>,
+}
+
+/// State carried from one solve to the next (token buckets), keyed by id.
+/// Containers absent from a snapshot are dropped from the state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PolicyState {
+    pub demote_tokens: std::collections::BTreeMap<ContainerId, f64>,
+    pub promote_tokens: std::collections::BTreeMap<ContainerId, f64>,
+    pub global_demote_tokens: f64,
+    pub global_promote_tokens: f64,
+}
