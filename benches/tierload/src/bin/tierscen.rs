@@ -1,0 +1,482 @@
+//! `tierscen`: runs a tiering scenario inside the (emulated) CXL host, first
+//! under kernel tiering only and then under tierd, in the same boot, and prints
+//! per-container placement over time.
+//!
+//! A scenario file (TOML) names the containers (cgroup, start time, `tierload`
+//! arguments), the run length, the checkpoints and the tierd config. For each
+//! mode the runner creates the cgroups, starts the workloads in them at their
+//! start times, samples `memory.numa_stat` and the workloads' own move_pages
+//! reports every `sample_s`, and tears everything down. Output: one line per
+//! sample, a checkpoint table per mode, and (`--metrics`) tierd's /metrics at
+//! the end. `--json FILE` also writes every sample as JSON lines.
+//!
+//! Needs root, cgroup v2 with the memory controller, and `tierload` and (for the
+//! tierd mode) `tierd` on PATH.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const DEMOTION_ENABLED: &str = "/sys/kernel/mm/numa/demotion_enabled";
+const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
+
+#[derive(Parser)]
+#[command(about = "Run a tiering scenario: kernel tiering only vs tierd, same boot")]
+struct Cli {
+    /// Scenario file (TOML).
+    scenario: PathBuf,
+    /// Modes to run, in order.
+    #[arg(long, value_delimiter = ',', default_value = "kernel,tierd")]
+    modes: Vec<Mode>,
+    /// Override the scenario's duration, seconds.
+    #[arg(long)]
+    duration_s: Option<u64>,
+    /// Print tierd's /metrics at the end of the tierd mode.
+    #[arg(long)]
+    metrics: bool,
+    /// Write every sample as a JSON line to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    /// Kernel tiering only (TPP: NUMA balancing mode 2 + reclaim demotion).
+    Kernel,
+    /// tierd managing the containers (kernel promotion stays on).
+    Tierd,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    name: String,
+    #[serde(default)]
+    description: String,
+    duration_s: u64,
+    #[serde(default = "default_sample")]
+    sample_s: u64,
+    #[serde(default)]
+    checkpoints_s: Vec<u64>,
+    /// Config for the tierd mode (TOML text).
+    tierd_config: String,
+    #[serde(rename = "container")]
+    containers: Vec<ContainerSpec>,
+}
+
+fn default_sample() -> u64 {
+    5
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContainerSpec {
+    name: String,
+    /// cgroup path relative to /sys/fs/cgroup.
+    cgroup: String,
+    #[serde(default)]
+    start_s: u64,
+    /// Arguments to `tierload`.
+    args: Vec<String>,
+}
+
+/// The last report line a workload printed (tierload's JSON), as far as we use it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct WorkloadReport {
+    #[serde(default)]
+    hot_residency: f64,
+    #[serde(default)]
+    hit_ratio: f64,
+    #[serde(default)]
+    accesses_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Sample {
+    scenario: String,
+    mode: Mode,
+    t_s: f64,
+    container: String,
+    fast_bytes: u64,
+    lower_bytes: u64,
+    local_ratio: f64,
+    target_bytes: Option<u64>,
+    hot_residency: Option<f64>,
+    hit_ratio: Option<f64>,
+    accesses_per_s: Option<f64>,
+}
+
+struct Running {
+    spec_index: usize,
+    child: Child,
+    report: Arc<Mutex<Option<WorkloadReport>>>,
+}
+
+fn nodes_with_cpus() -> Vec<u32> {
+    let s = fs::read_to_string("/sys/devices/system/node/has_cpu").unwrap_or_else(|_| "0".into());
+    parse_list(s.trim())
+}
+
+fn parse_list(s: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    v.extend(a..=b);
+                }
+            }
+            None => v.extend(part.parse::<u32>().ok()),
+        }
+    }
+    v
+}
+
+/// Fast and lower-tier bytes (anon + file) of a cgroup from memory.numa_stat.
+fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
+    let path = Path::new(CGROUP_ROOT).join(cgroup).join("memory.numa_stat");
+    let text = fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let (mut f, mut l) = (0, 0);
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let key = it.next().unwrap_or("");
+        if key != "anon" && key != "file" {
+            continue;
+        }
+        for kv in it {
+            let Some((n, b)) = kv.split_once('=') else { continue };
+            let (Ok(n), Ok(b)) = (n.trim_start_matches('N').parse::<u32>(), b.parse::<u64>()) else {
+                continue;
+            };
+            if fast.contains(&n) {
+                f += b;
+            } else {
+                l += b;
+            }
+        }
+    }
+    Ok((f, l))
+}
+
+fn http_get(addr: &str, path: &str) -> Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    match buf.split_once("\r\n\r\n") {
+        Some((head, body)) if head.contains(" 200 ") => Ok(body.to_owned()),
+        _ => bail!("bad answer from http://{addr}{path}"),
+    }
+}
+
+/// Targets per cgroup path from tierd's /status.
+fn tierd_targets(addr: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    if let Ok(body) = http_get(addr, "/status") {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
+            for c in v["containers"].as_array().into_iter().flatten() {
+                if let (Some(name), Some(t)) = (c["container"].as_str(), c["target_bytes"].as_u64()) {
+                    out.insert(name.to_owned(), t);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn mkcgroup(path: &str) -> Result<()> {
+    let mut cur = PathBuf::from(CGROUP_ROOT);
+    let parts: Vec<&str> = path.split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        // Children need the memory controller enabled in their parent.
+        let sc = cur.join("cgroup.subtree_control");
+        let enabled = fs::read_to_string(&sc).unwrap_or_default();
+        if !enabled.split_whitespace().any(|c| c == "memory") {
+            fs::write(&sc, "+memory").with_context(|| format!("enable memory in {}", sc.display()))?;
+        }
+        cur.push(part);
+        if !cur.exists() {
+            fs::create_dir(&cur).with_context(|| format!("mkdir {}", cur.display()))?;
+        }
+        let _ = i;
+    }
+    Ok(())
+}
+
+/// Removes a cgroup and its now-empty parents up to the root; retries while
+/// the killed workload is still exiting.
+fn rmcgroup(path: &str) {
+    let full = Path::new(CGROUP_ROOT).join(path);
+    for _ in 0..50 {
+        if !full.exists() || fs::remove_dir(&full).is_ok() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let mut parent = full.parent().map(Path::to_path_buf);
+    while let Some(p) = parent {
+        if p == Path::new(CGROUP_ROOT) || fs::remove_dir(&p).is_err() {
+            break;
+        }
+        parent = p.parent().map(Path::to_path_buf);
+    }
+}
+
+fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
+    let procs = Path::new(CGROUP_ROOT).join(&spec.cgroup).join("cgroup.procs");
+    let mut cmd = Command::new("tierload");
+    cmd.args(&spec.args)
+        .args(["--name", &spec.name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // Join the cgroup before exec, so that every page is charged to it.
+    let procs_c = procs.clone();
+    unsafe {
+        cmd.pre_exec(move || fs::write(&procs_c, "0"));
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("start tierload in {}", procs.display()))?;
+    let report = Arc::new(Mutex::new(None));
+    let stdout = child.stdout.take().expect("piped");
+    let r = report.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(rep) = serde_json::from_str::<WorkloadReport>(&line) {
+                *r.lock().unwrap() = Some(rep);
+            }
+        }
+    });
+    Ok(Running {
+        spec_index: i,
+        child,
+        report,
+    })
+}
+
+fn stop(children: &mut Vec<Running>) {
+    for r in children.iter() {
+        unsafe {
+            libc::kill(r.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    for r in children.iter_mut() {
+        let _ = r.child.wait();
+    }
+    children.clear();
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+struct ModeResult {
+    mode: Mode,
+    samples: Vec<Sample>,
+    converged_s: Option<f64>,
+}
+
+fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Option<fs::File>) -> Result<ModeResult> {
+    let fast = nodes_with_cpus();
+    let _ = fs::write("/proc/sys/vm/drop_caches", "3");
+    let mut tierd: Option<Child> = None;
+    let mut addr = String::from("127.0.0.1:9464");
+    match mode {
+        Mode::Kernel => {
+            fs::write(DEMOTION_ENABLED, "1").context(DEMOTION_ENABLED)?;
+            fs::write(NUMA_BALANCING, "2").context(NUMA_BALANCING)?;
+        }
+        Mode::Tierd => {
+            let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
+            fs::write(&cfg_path, &sc.tierd_config)?;
+            let v: toml::Value = toml::from_str(&sc.tierd_config).context("tierd_config")?;
+            if let Some(a) = v.get("daemon").and_then(|d| d.get("metrics_listen")).and_then(|a| a.as_str()) {
+                addr = a.to_owned();
+            }
+            let log = fs::File::create(format!("/tmp/tierd-{}.log", sc.name))?;
+            let child = Command::new("tierd")
+                .args(["--config", cfg_path.to_str().unwrap(), "run"])
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("start tierd (is it on PATH?)")?;
+            tierd = Some(child);
+            let t0 = Instant::now();
+            while http_get(&addr, "/status").is_err() {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    bail!("tierd did not serve /status within 30 s; see /tmp/tierd-{}.log", sc.name);
+                }
+                thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    for c in &sc.containers {
+        mkcgroup(&c.cgroup)?;
+    }
+    println!("--- {} / {:?}: {} s ---", sc.name, mode, duration_s);
+    let start = Instant::now();
+    let mut running: Vec<Running> = Vec::new();
+    let mut samples = Vec::new();
+    let mut next_sample = 0u64;
+    let mut converged_s = None;
+    let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
+    while start.elapsed().as_secs_f64() < duration_s as f64 + 0.5 {
+        let t = start.elapsed().as_secs_f64();
+        for (i, c) in sc.containers.iter().enumerate() {
+            if c.start_s as f64 <= t && !running.iter().any(|r| r.spec_index == i) {
+                running.push(spawn_workload(i, c)?);
+            }
+        }
+        if t >= next_sample as f64 {
+            next_sample += sc.sample_s;
+            let targets = if mode == Mode::Tierd { tierd_targets(&addr) } else { BTreeMap::new() };
+            let mut line = format!("t={t:>5.0}s");
+            let mut all_within = running.len() == sc.containers.len() && t >= last_start as f64;
+            for r in &running {
+                let spec = &sc.containers[r.spec_index];
+                let (f, l) = placement(&spec.cgroup, &fast).unwrap_or((0, 0));
+                let rep = r.report.lock().unwrap().clone();
+                let target = targets.get(&spec.cgroup).copied();
+                let s = Sample {
+                    scenario: sc.name.clone(),
+                    mode,
+                    t_s: t,
+                    container: spec.name.clone(),
+                    fast_bytes: f,
+                    lower_bytes: l,
+                    local_ratio: if f + l == 0 { 0.0 } else { f as f64 / (f + l) as f64 },
+                    target_bytes: target,
+                    hot_residency: rep.as_ref().map(|r| r.hot_residency),
+                    hit_ratio: rep.as_ref().map(|r| r.hit_ratio),
+                    accesses_per_s: rep.as_ref().map(|r| r.accesses_per_s),
+                };
+                match target {
+                    Some(tg) if tg > 0 => {
+                        if (f as f64 - tg as f64).abs() > 0.05 * tg as f64 {
+                            all_within = false;
+                        }
+                    }
+                    _ => all_within = false,
+                }
+                line += &format!(
+                    " | {}: local {:>5.1}% ({:>4.0}/{:>4.0} MiB){} hot-res {} hit {}",
+                    spec.name,
+                    100.0 * s.local_ratio,
+                    mib(f),
+                    mib(f + l),
+                    target.map(|t| format!(" target {:>4.0}", mib(t))).unwrap_or_default(),
+                    s.hot_residency.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                    s.hit_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                );
+                if let Some(f) = json.as_mut() {
+                    writeln!(f, "{}", serde_json::to_string(&s)?)?;
+                }
+                samples.push(s);
+            }
+            if mode == Mode::Tierd && all_within && converged_s.is_none() {
+                converged_s = Some(t - last_start as f64);
+            }
+            println!("{line}");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    if mode == Mode::Tierd && cli.metrics {
+        println!("--- tierd /metrics at the end of {} ---", sc.name);
+        print!("{}", http_get(&addr, "/metrics").unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n")));
+    }
+    stop(&mut running);
+    if let Some(mut t) = tierd {
+        unsafe {
+            libc::kill(t.id() as i32, libc::SIGTERM);
+        }
+        let st = t.wait()?;
+        if !st.success() {
+            bail!("tierd exited with {st}; see /tmp/tierd-{}.log", sc.name);
+        }
+    }
+    for c in &sc.containers {
+        rmcgroup(&c.cgroup);
+    }
+    Ok(ModeResult {
+        mode,
+        samples,
+        converged_s,
+    })
+}
+
+fn summarize(sc: &Scenario, results: &[ModeResult]) {
+    println!("=== {}: {} ===", sc.name, sc.description);
+    println!(
+        "{:<8} {:<10} {:>6} {:>9} {:>10} {:>9} {:>8} {:>8}",
+        "mode", "container", "t (s)", "local %", "fast MiB", "target", "hot-res", "hit"
+    );
+    for r in results {
+        for &cp in &sc.checkpoints_s {
+            for c in &sc.containers {
+                // The sample nearest to the checkpoint.
+                let best = r
+                    .samples
+                    .iter()
+                    .filter(|s| s.container == c.name)
+                    .min_by(|a, b| (a.t_s - cp as f64).abs().total_cmp(&(b.t_s - cp as f64).abs()));
+                if let Some(s) = best {
+                    println!(
+                        "{:<8} {:<10} {:>6.0} {:>8.1}% {:>10.0} {:>9} {:>8} {:>8}",
+                        format!("{:?}", r.mode).to_lowercase(),
+                        c.name,
+                        s.t_s,
+                        100.0 * s.local_ratio,
+                        mib(s.fast_bytes),
+                        s.target_bytes.map(|t| format!("{:.0}", mib(t))).unwrap_or_else(|| "-".into()),
+                        s.hot_residency.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+                        s.hit_ratio.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+                    );
+                }
+            }
+        }
+        if r.mode == Mode::Tierd {
+            match r.converged_s {
+                Some(t) => println!("tierd: all containers within ±5% of target {t:.0} s after the last start"),
+                None => println!("tierd: containers did not all come within ±5% of target"),
+            }
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let text = fs::read_to_string(&cli.scenario).with_context(|| cli.scenario.display().to_string())?;
+    let sc: Scenario = toml::from_str(&text).with_context(|| format!("{}: invalid scenario", cli.scenario.display()))?;
+    if sc.containers.is_empty() {
+        bail!("{}: no [[container]]", cli.scenario.display());
+    }
+    let duration_s = cli.duration_s.unwrap_or(sc.duration_s);
+    let mut json = match &cli.json {
+        Some(p) => Some(fs::File::create(p).with_context(|| p.display().to_string())?),
+        None => None,
+    };
+    let mut results = Vec::new();
+    for &mode in &cli.modes {
+        let r = run_mode(&sc, mode, duration_s, &cli, &mut json)?;
+        if r.samples.is_empty() {
+            bail!("{} / {:?}: no samples recorded", sc.name, mode);
+        }
+        results.push(r);
+    }
+    summarize(&sc, &results);
+    Ok(())
+}

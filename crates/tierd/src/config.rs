@@ -1,0 +1,598 @@
+//! The daemon's TOML configuration: daemon settings and `[[policy]]` entries.
+//!
+//! Loading is two passes: serde (unknown keys rejected, types checked; toml's
+//! error names the line and key) and [`Config::validate`], whose errors name the
+//! file, the key and the reason. See `config/tierd.toml` for a commented example.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use globset::{GlobBuilder, GlobMatcher};
+use policy::{ContainerPolicy, PolicyParams, Share};
+use serde::{Deserialize, Deserializer};
+
+/// Where the service reads its config unless `--config` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/tierd/tierd.toml";
+
+/// A config error: which file, which key, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read config: {source} (pass another file with --config)")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: key `{key}`: {reason}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+}
+
+/// A byte amount as operators write it: an integer (bytes) or a string with a
+/// binary or decimal unit (`512MiB`, `40GiB`, `1G`, `4096`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+/// `local_low`/`local_high` as written: bytes, or a percentage of the
+/// container's usage (`75%`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ShareSpec {
+    Bytes(u64),
+    Percent(f64),
+}
+
+/// Parses `40GiB`, `512 MiB`, `1G`, `4096`, `4k` into bytes. Binary (Ki/Mi/Gi/Ti)
+/// and bare-letter (K/M/G/T, as the kernel's memparse) units are powers of 1024;
+/// `KB`/`MB`/`GB`/`TB` are powers of 1000.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("{s:?} is not a byte amount (write e.g. 512MiB or 40GiB)"));
+    }
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte amount (write e.g. 512MiB or 40GiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "{s:?} has unknown unit {other:?} (use B, KiB, MiB, GiB or TiB)"
+            ))
+        }
+    };
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes > u64::MAX as f64 {
+        return Err(format!("{s:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a [`ShareSpec`]: `N%` (0–100) or a byte amount.
+pub fn parse_share(s: &str) -> Result<ShareSpec, String> {
+    let t = s.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        let v: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a percentage (write e.g. 75%)"))?;
+        if !(0.0..=100.0).contains(&v) {
+            return Err(format!("{s:?}: a percentage must be between 0% and 100%"));
+        }
+        return Ok(ShareSpec::Percent(v));
+    }
+    parse_bytes(t).map(ShareSpec::Bytes)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntOrString {
+    Int(u64),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match IntOrString::deserialize(d)? {
+            IntOrString::Int(n) => Ok(Bytes(n)),
+            IntOrString::Str(s) => parse_bytes(&s).map(Bytes).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ShareSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match IntOrString::deserialize(d)? {
+            IntOrString::Int(n) => Ok(ShareSpec::Bytes(n)),
+            IntOrString::Str(s) => parse_share(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        if b >= 1 << 30 && b % (1 << 20) == 0 {
+            write!(f, "{:.2}GiB", b as f64 / (1u64 << 30) as f64)
+        } else if b >= 1 << 20 {
+            write!(f, "{:.1}MiB", b as f64 / (1u64 << 20) as f64)
+        } else {
+            write!(f, "{b}B")
+        }
+    }
+}
+
+impl ShareSpec {
+    fn to_share(self) -> Share {
+        match self {
+            ShareSpec::Bytes(b) => Share::Bytes(b),
+            ShareSpec::Percent(p) => Share::Fraction(p / 100.0),
+        }
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s)
+        .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e}); write e.g. \"2s\" or \"500ms\"")))
+}
+
+/// Who promotes lower-tier pages to the fast tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromotionMode {
+    /// NUMA balancing mode 2 (memory tiering) promotes; tierd demotes
+    /// over-target containers and protects under-target ones.
+    Kernel,
+    /// Kernel promotion off; tierd promotes within per-container budgets.
+    Tierd,
+}
+
+impl PromotionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromotionMode::Kernel => "kernel",
+            PromotionMode::Tierd => "tierd",
+        }
+    }
+}
+
+/// `[daemon]`: how the control loop runs and what it may change on the host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Control-loop period.
+    #[serde(deserialize_with = "de_duration")]
+    pub interval: Duration,
+    /// Address of the `/metrics` and `/status` endpoint (loopback by default:
+    /// the status shows cgroup names).
+    pub metrics_listen: String,
+    pub promotion: PromotionMode,
+    /// Free fast-tier memory kept out of every container's share, for new
+    /// allocations and promotions.
+    pub headroom: Bytes,
+    /// Value tierd writes to `/sys/kernel/mm/numa/demotion_enabled` at start
+    /// (restored at exit). Demotion via `memory.reclaim` needs it true.
+    pub demotion_enabled: bool,
+    /// Value for `kernel.numa_balancing` at start (restored at exit); `None`
+    /// leaves it alone. In `promotion = "kernel"` mode this should be 2 (or 3).
+    pub numa_balancing: Option<u32>,
+    /// cgroup v2 mount point.
+    pub cgroup_root: PathBuf,
+    /// sysfs and procfs mount points (tests point these at fixture trees).
+    pub sysfs_root: PathBuf,
+    pub procfs_root: PathBuf,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            interval: Duration::from_secs(2),
+            metrics_listen: "127.0.0.1:9464".into(),
+            promotion: PromotionMode::Kernel,
+            headroom: Bytes(64 << 20),
+            demotion_enabled: true,
+            numa_balancing: Some(2),
+            cgroup_root: cgroupctl::DEFAULT_CGROUP_ROOT.into(),
+            sysfs_root: "/sys".into(),
+            procfs_root: "/proc".into(),
+        }
+    }
+}
+
+/// `[limits]`: hysteresis band and token-bucket rate limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Per-container demotion rate, bytes per second.
+    pub demote_rate: Bytes,
+    /// Host-wide demotion rate, bytes per second.
+    pub global_demote_rate: Bytes,
+    /// Per-container promotion budget, bytes per second.
+    pub promote_rate: Bytes,
+    /// Host-wide promotion budget, bytes per second.
+    pub global_promote_rate: Bytes,
+    /// Token bucket depth, in seconds of rate.
+    pub burst_s: f64,
+    /// Hysteresis band as a percentage of the target (`"5%"`).
+    pub band: String,
+    /// Smallest band, whatever the target.
+    pub band_min: Bytes,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let p = PolicyParams::default();
+        LimitsConfig {
+            demote_rate: Bytes(p.container_demote_bytes_per_s),
+            global_demote_rate: Bytes(p.global_demote_bytes_per_s),
+            promote_rate: Bytes(p.container_promote_bytes_per_s),
+            global_promote_rate: Bytes(p.global_promote_bytes_per_s),
+            burst_s: p.burst_s,
+            band: format!("{}%", p.band_fraction * 100.0),
+            band_min: Bytes(p.band_min_bytes),
+        }
+    }
+}
+
+/// One `[[policy]]` entry: which cgroups it covers and their share rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEntry {
+    /// Name used in logs and metrics; defaults to the pattern.
+    pub name: Option<String>,
+    /// Glob over cgroup paths relative to the cgroup root, e.g.
+    /// `tenants.slice/*` or `kubepods.slice/**/pod*`; `*` does not cross `/`.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    #[serde(default = "zero_share")]
+    pub local_low: ShareSpec,
+    #[serde(default = "full_share")]
+    pub local_high: ShareSpec,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub opt_out: bool,
+}
+
+fn zero_share() -> ShareSpec {
+    ShareSpec::Bytes(0)
+}
+fn full_share() -> ShareSpec {
+    ShareSpec::Percent(100.0)
+}
+fn default_weight() -> u32 {
+    100
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    daemon: DaemonConfig,
+    #[serde(default)]
+    limits: LimitsConfig,
+    #[serde(default)]
+    policy: Vec<PolicyEntry>,
+}
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from (or `<embedded>`), for error messages.
+    pub source: PathBuf,
+    pub daemon: DaemonConfig,
+    pub limits: LimitsConfig,
+    pub policies: Vec<PolicyEntry>,
+    matchers: Vec<GlobMatcher>,
+    band_fraction: f64,
+    listen: SocketAddr,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    ///
+    /// Errors: [`ConfigError::Read`] if the file cannot be read,
+    /// [`ConfigError::Syntax`] for TOML or type errors (unknown keys included),
+    /// [`ConfigError::Invalid`] naming the key whose value is unacceptable.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates TOML text; `path` is used in error messages only.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().replace('\n', "\n  "),
+        })?;
+        Config::validate(raw, path)
+    }
+
+    fn validate(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
+        let bad = |key: &str, reason: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            reason,
+        };
+        let d = &raw.daemon;
+        if d.interval < Duration::from_millis(100) {
+            return Err(bad(
+                "daemon.interval",
+                format!(
+                    "{:?} is shorter than 100ms; sampling memory.numa_stat that often costs more than it tells",
+                    d.interval
+                ),
+            ));
+        }
+        let listen: SocketAddr = d.metrics_listen.parse().map_err(|e| {
+            bad(
+                "daemon.metrics_listen",
+                format!("{:?} is not an address:port ({e})", d.metrics_listen),
+            )
+        })?;
+        if let Some(nb) = d.numa_balancing {
+            if nb > 3 {
+                return Err(bad(
+                    "daemon.numa_balancing",
+                    format!("{nb} is not a kernel.numa_balancing mode (0, 1, 2 or 3)"),
+                ));
+            }
+            if d.promotion == PromotionMode::Kernel && nb & 2 == 0 {
+                return Err(bad(
+                    "daemon.numa_balancing",
+                    format!(
+                        "promotion = \"kernel\" needs NUMA balancing memory-tiering mode (2 or 3), not {nb}"
+                    ),
+                ));
+            }
+        }
+        if d.promotion == PromotionMode::Tierd {
+            return Err(bad(
+                "daemon.promotion",
+                "\"tierd\" (regulated promotion by tierd) is not available in this version; use \"kernel\"".into(),
+            ));
+        }
+        let l = &raw.limits;
+        let band_fraction = match parse_share(&l.band) {
+            Ok(ShareSpec::Percent(p)) if p < 50.0 => p / 100.0,
+            Ok(_) => {
+                return Err(bad(
+                    "limits.band",
+                    format!("{:?} must be a percentage below 50%, e.g. \"5%\"", l.band),
+                ))
+            }
+            Err(e) => return Err(bad("limits.band", e)),
+        };
+        if !(l.burst_s > 0.0 && l.burst_s <= 600.0) {
+            return Err(bad(
+                "limits.burst_s",
+                format!("{} must be in (0, 600] seconds", l.burst_s),
+            ));
+        }
+        for (key, v) in [
+            ("limits.demote_rate", l.demote_rate),
+            ("limits.global_demote_rate", l.global_demote_rate),
+        ] {
+            if v.0 == 0 {
+                return Err(bad(key, "a rate of 0 would never demote; set at least 1MiB".into()));
+            }
+        }
+        let mut matchers = Vec::new();
+        for (i, p) in raw.policy.iter().enumerate() {
+            let key = |k: &str| format!("policy[{i}].{k}");
+            // `*` stays within one path component, `**` crosses them, as in
+            // systemd unit globs and shell paths.
+            let glob = GlobBuilder::new(p.pattern.trim_matches('/'))
+                .literal_separator(true)
+                .build()
+                .map_err(|e| {
+                bad(&key("match"), format!("{:?} is not a valid glob: {e}", p.pattern))
+            })?;
+            matchers.push(glob.compile_matcher());
+            if p.weight == 0 || p.weight > 10_000 {
+                return Err(bad(
+                    &key("weight"),
+                    format!("{} must be between 1 and 10000", p.weight),
+                ));
+            }
+            match (p.local_low, p.local_high) {
+                (ShareSpec::Bytes(lo), ShareSpec::Bytes(hi)) if lo > hi => {
+                    return Err(bad(
+                        &key("local_low"),
+                        format!("{} is above local_high {}", Bytes(lo), Bytes(hi)),
+                    ))
+                }
+                (ShareSpec::Percent(lo), ShareSpec::Percent(hi)) if lo > hi => {
+                    return Err(bad(
+                        &key("local_low"),
+                        format!("{lo}% is above local_high {hi}%"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(Config {
+            source: path.to_owned(),
+            daemon: raw.daemon,
+            limits: raw.limits,
+            policies: raw.policy,
+            matchers,
+            band_fraction,
+            listen,
+        })
+    }
+
+    /// The metrics endpoint address.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// Index of the first `[[policy]]` whose glob matches `cgroup` (a path
+    /// relative to the cgroup root, no leading slash). First match wins, as in a
+    /// firewall rule list.
+    pub fn match_policy(&self, cgroup: &str) -> Option<usize> {
+        self.matchers.iter().position(|m| m.is_match(cgroup))
+    }
+
+    /// The policy crate's view of entry `i`.
+    pub fn container_policy(&self, i: usize) -> ContainerPolicy {
+        let p = &self.policies[i];
+        ContainerPolicy {
+            local_low: p.local_low.to_share(),
+            local_high: p.local_high.to_share(),
+            weight: p.weight,
+            opt_out: p.opt_out,
+        }
+    }
+
+    /// Solver tunables from `[daemon]` and `[limits]`.
+    pub fn policy_params(&self) -> PolicyParams {
+        let l = &self.limits;
+        PolicyParams {
+            headroom_bytes: self.daemon.headroom.0,
+            band_fraction: self.band_fraction,
+            band_min_bytes: l.band_min.0,
+            container_demote_bytes_per_s: l.demote_rate.0,
+            global_demote_bytes_per_s: l.global_demote_rate.0,
+            container_promote_bytes_per_s: l.promote_rate.0,
+            global_promote_bytes_per_s: l.global_promote_rate.0,
+            burst_s: l.burst_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, ConfigError> {
+        Config::parse(s, Path::new("/etc/tierd/test.toml"))
+    }
+
+    #[test]
+    fn bytes_table() {
+        let cases: &[(&str, Option<u64>)] = &[
+            ("4096", Some(4096)),
+            ("512MiB", Some(512 << 20)),
+            ("512 MiB", Some(512 << 20)),
+            ("40GiB", Some(40 << 30)),
+            ("1G", Some(1 << 30)),
+            ("4k", Some(4096)),
+            ("1.5GiB", Some(3 << 29)),
+            ("2GB", Some(2_000_000_000)),
+            ("", None),
+            ("MiB", None),
+            ("12 parsecs", None),
+            ("-1", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_bytes(s).ok(), *want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn share_table() {
+        assert_eq!(parse_share("75%"), Ok(ShareSpec::Percent(75.0)));
+        assert_eq!(parse_share("1GiB"), Ok(ShareSpec::Bytes(1 << 30)));
+        assert!(parse_share("150%").is_err());
+        assert!(parse_share("x%").is_err());
+    }
+
+    #[test]
+    fn empty_config_is_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.daemon.interval, Duration::from_secs(2));
+        assert_eq!(c.listen_addr().to_string(), "127.0.0.1:9464");
+        assert!(c.policies.is_empty());
+        assert_eq!(c.policy_params().headroom_bytes, 64 << 20);
+    }
+
+    #[test]
+    fn policies_match_first_wins() {
+        let c = parse(
+            r#"
+            [[policy]]
+            match = "tenants.slice/db-*"
+            local_low = "256MiB"
+            weight = 300
+            [[policy]]
+            match = "tenants.slice/*"
+            local_high = "50%"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.match_policy("tenants.slice/db-1"), Some(0));
+        assert_eq!(c.match_policy("tenants.slice/web"), Some(1));
+        assert_eq!(c.match_policy("system.slice/sshd.service"), None);
+        assert_eq!(c.match_policy("tenants.slice/web/sub"), None);
+        let p = c.container_policy(0);
+        assert_eq!(p.local_low, Share::Bytes(256 << 20));
+        assert_eq!(p.weight, 300);
+        assert_eq!(c.container_policy(1).local_high, Share::Fraction(0.5));
+    }
+
+    /// Every rejected config names the file and the offending key.
+    #[test]
+    fn errors_name_file_and_key() {
+        let cases: &[(&str, &str)] = &[
+            ("[daemon]\nintervall = \"2s\"\n", "intervall"),
+            ("[daemon]\ninterval = \"fast\"\n", "interval"),
+            ("[daemon]\ninterval = \"10ms\"\n", "daemon.interval"),
+            ("[daemon]\nmetrics_listen = \"nowhere\"\n", "daemon.metrics_listen"),
+            ("[daemon]\npromotion = \"magic\"\n", "promotion"),
+            ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
+            ("[limits]\nband = \"80%\"\n", "limits.band"),
+            ("[limits]\ndemote_rate = 0\n", "limits.demote_rate"),
+            ("[[policy]]\nmatch = \"a/[\"\n", "policy[0].match"),
+            ("[[policy]]\nmatch = \"a/*\"\nweight = 0\n", "policy[0].weight"),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nlocal_low = \"2GiB\"\nlocal_high = \"1GiB\"\n",
+                "policy[0].local_low",
+            ),
+            ("[[policy]]\nmatch = \"a/*\"\nlocal_low = \"lots\"\n", "local_low"),
+            ("[[policy]]\nlocal_low = \"1GiB\"\n", "match"),
+        ];
+        for (text, key) in cases {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains("/etc/tierd/test.toml"), "{err}");
+            assert!(err.contains(key), "expected {key:?} in: {err}");
+        }
+    }
+
+    /// Every file shipped in config/ loads and validates.
+    #[test]
+    fn shipped_configs_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 1, "no .toml files in {}", dir.display());
+    }
+}

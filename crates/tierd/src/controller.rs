@@ -1,0 +1,607 @@
+//! One control-loop cycle: sample (cgroupctl + topology) → [`policy::solve`] →
+//! actuate (memory.low, memory.reclaim, cpuset.mems) → metrics and status.
+//!
+//! Everything here is blocking file I/O on cgroupfs and sysfs; the async loop in
+//! [`crate::daemon`] runs each cycle on a blocking thread.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use cgroupctl::{CgroupFs, Limit, NodeSet, ReclaimOutcome};
+use policy::{ContainerSnapshot, PlacementState, Plan, PolicyState, Snapshot};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::metrics::{
+    gauge_bytes, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels, ContainerReasonLabels,
+    ContainerStateLabels, Metrics, NodeLabels, TierLabel,
+};
+use crate::topology::Topology;
+
+/// Smallest demotion worth a memory.reclaim write: below this the syscall and
+/// the LRU scan cost more than the placement gains.
+const MIN_RECLAIM_BYTES: u64 = 1 << 20;
+
+/// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
+const PAGE_BYTES: u64 = 4096;
+
+/// A managed container found this cycle.
+#[derive(Debug, Clone)]
+struct Managed {
+    path: String,
+    id: u64,
+    policy_index: usize,
+}
+
+/// Kernel tiering counters of one memcg, for deltas (keyed by cgroup id).
+#[derive(Debug, Clone, Copy, Default)]
+struct MemcgCounters {
+    demote_kswapd: u64,
+    demote_direct: u64,
+    demote_khugepaged: u64,
+    promote_success: u64,
+}
+
+/// A cgroup file tierd overwrote, with what it held before.
+#[derive(Debug, Clone)]
+struct Written<T> {
+    id: u64,
+    original: T,
+    current: T,
+}
+
+/// What `/status` and `tierctl status` show: the last cycle, per container.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Status {
+    pub tiered: bool,
+    pub promotion: String,
+    pub fast_nodes: Vec<u32>,
+    pub lower_nodes: Vec<u32>,
+    pub fast_capacity_bytes: u64,
+    pub fast_free_bytes: u64,
+    pub pool_bytes: u64,
+    pub guarantees_scaled: bool,
+    pub cycles: u64,
+    pub containers: Vec<ContainerStatus>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct ContainerStatus {
+    pub container: String,
+    pub id: u64,
+    pub policy: String,
+    pub fast_bytes: u64,
+    pub lower_bytes: u64,
+    pub demand_bytes: u64,
+    pub local_low_bytes: u64,
+    pub local_high_bytes: u64,
+    pub target_bytes: u64,
+    pub memory_low_bytes: u64,
+    pub demote_bytes: u64,
+    pub state: String,
+}
+
+/// The control loop's state between cycles.
+pub struct Controller {
+    cfg: Config,
+    cg: CgroupFs,
+    topo: Topology,
+    observe_only: bool,
+    policy_state: PolicyState,
+    last_cycle: Option<Instant>,
+    counters: HashMap<u64, MemcgCounters>,
+    low_written: BTreeMap<String, Written<Limit>>,
+    mems_written: BTreeMap<String, Written<NodeSet>>,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<Status>>,
+    cycles: u64,
+}
+
+fn state_name(s: PlacementState) -> &'static str {
+    match s {
+        PlacementState::Pinned => "pinned",
+        PlacementState::OverTarget => "over_target",
+        PlacementState::UnderTarget => "under_target",
+        PlacementState::AtTarget => "at_target",
+    }
+}
+
+/// `a/b/c` → [`a`, `a/b`]: the cgroups between the root and `path`.
+fn ancestors(path: &str) -> Vec<String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    (1..parts.len()).map(|i| parts[..i].join("/")).collect()
+}
+
+impl Controller {
+    /// Discovers the topology and prepares the loop. Errors if sysfs cannot be
+    /// read at all; a host with a single tier gives an observe-only controller
+    /// (one log line says so).
+    pub fn new(cfg: Config, metrics: Arc<Metrics>, status: Arc<Mutex<Status>>) -> Result<Self> {
+        let topo = Topology::discover(&cfg.daemon.sysfs_root).with_context(|| {
+            format!(
+                "cannot read the NUMA topology under {}",
+                cfg.daemon.sysfs_root.display()
+            )
+        })?;
+        let observe_only = !topo.is_tiered();
+        if observe_only {
+            tracing::warn!(
+                nodes = topo.nodes.len(),
+                "this host has no lower memory tier (one tier in /sys/devices/virtual/memory_tiering): \
+                 tierd runs observe-only, exporting per-container usage and changing nothing"
+            );
+        } else {
+            tracing::info!(fast = ?topo.fast_nodes(), lower = ?topo.lower_nodes(),
+                fast_capacity_bytes = topo.fast_capacity_bytes(), "memory tiers discovered");
+        }
+        metrics.tiered.set(i64::from(!observe_only));
+        let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
+        Ok(Controller {
+            cfg,
+            cg,
+            topo,
+            observe_only,
+            policy_state: PolicyState::default(),
+            last_cycle: None,
+            counters: HashMap::new(),
+            low_written: BTreeMap::new(),
+            mems_written: BTreeMap::new(),
+            metrics,
+            status,
+            cycles: 0,
+        })
+    }
+
+    pub fn observe_only(&self) -> bool {
+        self.observe_only
+    }
+
+    /// Managed containers: cgroups matched by a policy whose ancestors are not
+    /// themselves managed (a matched subtree is managed as one container).
+    fn discover(&self) -> Result<Vec<Managed>> {
+        let mut all = self.cg.discover().with_context(|| {
+            format!("cannot list cgroups under {}", self.cfg.daemon.cgroup_root.display())
+        })?;
+        all.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut out: Vec<Managed> = Vec::new();
+        for c in all {
+            if c.path.is_empty() {
+                continue;
+            }
+            if out
+                .iter()
+                .any(|m| c.path.starts_with(&m.path) && c.path.as_bytes().get(m.path.len()) == Some(&b'/'))
+            {
+                continue;
+            }
+            if let Some(i) = self.cfg.match_policy(&c.path) {
+                out.push(Managed {
+                    path: c.path,
+                    id: c.id,
+                    policy_index: i,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs one cycle. Per-container failures (vanished cgroups, EBUSY) are
+    /// logged and skipped; an error here means the cycle as a whole failed.
+    pub fn cycle(&mut self) -> Result<Plan> {
+        let started = Instant::now();
+        let elapsed_ms = self
+            .last_cycle
+            .map(|t| t.elapsed().as_millis() as u64)
+            .unwrap_or(0);
+        self.last_cycle = Some(started);
+        self.topo
+            .refresh_free(&self.cfg.daemon.sysfs_root)
+            .context("cannot refresh per-node free memory")?;
+        let fast = self.topo.fast_nodes();
+        let managed = self.discover()?;
+
+        let mut snaps = Vec::with_capacity(managed.len());
+        let mut per_node: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
+        let mut kept = Vec::with_capacity(managed.len());
+        for m in managed {
+            let stat = match self.cg.numa_stat(&m.path) {
+                Ok(s) => s,
+                Err(cgroupctl::Error::Vanished(p)) => {
+                    tracing::debug!(path = %p.display(), "cgroup vanished while sampling; skipped");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(container = %m.path, error = %e, "cannot sample memory.numa_stat; skipped this cycle");
+                    continue;
+                }
+            };
+            let mut nodes = BTreeMap::new();
+            let (mut fast_b, mut slow_b) = (0u64, 0u64);
+            for n in stat.nodes() {
+                let b = stat.resident_bytes(n);
+                nodes.insert(n, b);
+                if fast.contains(&n) {
+                    fast_b += b;
+                } else {
+                    slow_b += b;
+                }
+            }
+            per_node.insert(m.id, nodes);
+            self.update_counters(&m);
+            snaps.push(ContainerSnapshot {
+                id: m.id,
+                name: m.path.clone(),
+                fast_bytes: fast_b,
+                slow_bytes: slow_b,
+                hot_bytes: None,
+                policy: self.cfg.container_policy(m.policy_index),
+            });
+            kept.push(m);
+        }
+        let managed = kept;
+        self.counters
+            .retain(|id, _| managed.iter().any(|m| m.id == *id));
+
+        let fast_capacity = self.topo.fast_capacity_bytes();
+        let fast_free = self.topo.fast_free_bytes();
+        let managed_fast: u64 = snaps.iter().map(|s| s.fast_bytes).sum();
+        let snapshot = Snapshot {
+            fast_capacity_bytes: fast_capacity,
+            fast_unmanaged_bytes: fast_capacity
+                .saturating_sub(fast_free)
+                .saturating_sub(managed_fast),
+            elapsed_ms,
+            containers: snaps,
+        };
+        let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
+        if plan.guarantees_scaled {
+            tracing::warn!(pool_bytes = plan.pool_bytes,
+                "local_low guarantees exceed the fast tier; scaled down in proportion");
+        }
+
+        if !self.observe_only {
+            self.actuate(&managed, &plan, &fast);
+        }
+        self.forget_vanished(&managed);
+        self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
+        self.cycles += 1;
+        self.metrics
+            .loop_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(plan)
+    }
+
+    fn update_counters(&mut self, m: &Managed) {
+        let stat = match self.cg.memory_stat(&m.path) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(container = %m.path, error = %e, "memory.stat unreadable");
+                return;
+            }
+        };
+        let now = MemcgCounters {
+            demote_kswapd: stat.pgdemote_kswapd(),
+            demote_direct: stat.pgdemote_direct(),
+            demote_khugepaged: stat.pgdemote_khugepaged(),
+            promote_success: stat.pgpromote_success(),
+        };
+        if let Some(prev) = self.counters.insert(m.id, now) {
+            let label = |reason| ContainerReasonLabels {
+                container: m.path.clone(),
+                reason,
+            };
+            let d = &self.metrics.container_demoted_bytes;
+            d.get_or_create(&label("kswapd"))
+                .inc_by(now.demote_kswapd.saturating_sub(prev.demote_kswapd) * PAGE_BYTES);
+            d.get_or_create(&label("direct"))
+                .inc_by(now.demote_direct.saturating_sub(prev.demote_direct) * PAGE_BYTES);
+            d.get_or_create(&label("khugepaged")).inc_by(
+                now.demote_khugepaged.saturating_sub(prev.demote_khugepaged) * PAGE_BYTES,
+            );
+            self.metrics
+                .container_promoted_bytes
+                .get_or_create(&ContainerLabels {
+                    container: m.path.clone(),
+                })
+                .inc_by(now.promote_success.saturating_sub(prev.promote_success) * PAGE_BYTES);
+        }
+    }
+
+    fn count_error(&self, container: &str, what: &str, e: &cgroupctl::Error) {
+        let errno = match e {
+            cgroupctl::Error::Io { source, .. } => source
+                .raw_os_error()
+                .map(|n| std::io::Error::from_raw_os_error(n).kind().to_string())
+                .unwrap_or_else(|| "io".into()),
+            _ => "other".into(),
+        };
+        self.metrics
+            .container_reclaim_errors
+            .get_or_create(&ContainerErrorLabels {
+                container: container.to_owned(),
+                error: format!("{what}:{errno}"),
+            })
+            .inc();
+    }
+
+    /// Writes memory.low and cpuset.mems where they changed, then demotes.
+    /// Protection goes first so that kswapd skips at-target containers while
+    /// the reclaim below frees fast-tier memory.
+    fn actuate(&mut self, managed: &[Managed], plan: &Plan, fast: &NodeSet) {
+        let mut ancestor_low: BTreeMap<String, u64> = BTreeMap::new();
+        for m in managed {
+            let Some(p) = plan.get(m.id) else { continue };
+            if p.state == PlacementState::Pinned && !self.mems_written.contains_key(&m.path) {
+                self.pin(m, fast);
+            }
+            self.write_low(&m.path, m.id, Limit::Bytes(p.memory_low_bytes));
+            for a in ancestors(&m.path) {
+                *ancestor_low.entry(a).or_default() += p.memory_low_bytes;
+            }
+        }
+        // memory.low is hierarchical: a child's protection is capped by its
+        // parent's (cgroup-v2.rst, "Memory Protection"), so every ancestor
+        // below the root must protect at least the sum of its children.
+        for (path, sum) in ancestor_low {
+            let id = self.cg.cgroup_id(&path).unwrap_or(0);
+            let keep = match self.cg.memory_low(&path) {
+                Ok(Limit::Max) => continue,
+                Ok(Limit::Bytes(b)) if !self.low_written.contains_key(&path) && b >= sum => continue,
+                Ok(_) => sum,
+                Err(_) => continue,
+            };
+            self.write_low(&path, id, Limit::Bytes(keep));
+        }
+        for m in managed {
+            let Some(p) = plan.get(m.id) else { continue };
+            if p.demote_bytes < MIN_RECLAIM_BYTES {
+                continue;
+            }
+            let labels = ContainerLabels {
+                container: m.path.clone(),
+            };
+            match self.cg.reclaim(&m.path, p.demote_bytes) {
+                Ok(outcome) => {
+                    self.metrics
+                        .container_demote_requested_bytes
+                        .get_or_create(&labels)
+                        .inc_by(p.demote_bytes);
+                    if outcome == ReclaimOutcome::Short {
+                        self.metrics.container_reclaim_short.get_or_create(&labels).inc();
+                    }
+                    tracing::debug!(container = %m.path, bytes = p.demote_bytes, ?outcome, "memory.reclaim");
+                }
+                Err(cgroupctl::Error::Vanished(p)) => {
+                    tracing::debug!(path = %p.display(), "cgroup vanished before memory.reclaim; skipped");
+                }
+                Err(e) => {
+                    tracing::warn!(container = %m.path, error = %e, "memory.reclaim failed");
+                    self.count_error(&m.path, "reclaim", &e);
+                }
+            }
+        }
+    }
+
+    fn write_low(&mut self, path: &str, id: u64, value: Limit) {
+        if let Some(w) = self.low_written.get(path) {
+            if w.id == id && w.current == value {
+                return;
+            }
+        }
+        let original = match self.low_written.get(path) {
+            Some(w) if w.id == id => w.original,
+            _ => match self.cg.memory_low(path) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::debug!(container = %path, error = %e, "memory.low unreadable; skipped");
+                    return;
+                }
+            },
+        };
+        match self.cg.set_memory_low(path, value) {
+            Ok(()) => {
+                self.low_written.insert(
+                    path.to_owned(),
+                    Written {
+                        id,
+                        original,
+                        current: value,
+                    },
+                );
+            }
+            Err(cgroupctl::Error::Vanished(_)) => {}
+            Err(e) => {
+                tracing::warn!(container = %path, error = %e, "cannot write memory.low");
+                self.count_error(path, "memory_low", &e);
+            }
+        }
+    }
+
+    /// opt_out: confine the container's memory to the fast tier. In cgroup v2
+    /// a cpuset.mems change migrates existing pages too (asynchronously).
+    fn pin(&mut self, m: &Managed, fast: &NodeSet) {
+        if let Some(parent) = ancestors(&m.path).last().cloned().or(Some(String::new())) {
+            if let Err(e) = self.cg.enable_controllers(&parent, &["cpuset"]) {
+                tracing::warn!(container = %m.path, error = %e,
+                    "cannot enable the cpuset controller for opt_out; the container stays unpinned");
+                self.count_error(&m.path, "cpuset", &e);
+                return;
+            }
+        }
+        let original = self.cg.cpuset_mems(&m.path).unwrap_or_default();
+        match self.cg.set_cpuset_mems(&m.path, fast) {
+            Ok(()) => {
+                tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
+                self.mems_written.insert(
+                    m.path.clone(),
+                    Written {
+                        id: m.id,
+                        original,
+                        current: fast.clone(),
+                    },
+                );
+            }
+            Err(e) => {
+                tracing::warn!(container = %m.path, error = %e, "cannot write cpuset.mems");
+                self.count_error(&m.path, "cpuset", &e);
+            }
+        }
+    }
+
+    /// Forgets writes to cgroups that are gone (or recreated under a new id):
+    /// there is nothing to restore in them.
+    fn forget_vanished(&mut self, managed: &[Managed]) {
+        let cg = &self.cg;
+        let alive = |path: &str, id: u64| {
+            managed.iter().any(|m| m.path == path && m.id == id)
+                || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
+        };
+        self.low_written.retain(|p, w| alive(p, w.id));
+        self.mems_written.retain(|p, w| alive(p, w.id));
+    }
+
+    /// Puts back every memory.low and cpuset.mems tierd changed, for cgroups
+    /// that still exist. Called at shutdown.
+    pub fn restore(&mut self) {
+        for (path, w) in std::mem::take(&mut self.low_written).into_iter().rev() {
+            if self.cg.cgroup_id(&path).ok() != Some(w.id) {
+                continue;
+            }
+            if let Err(e) = self.cg.set_memory_low(&path, w.original) {
+                tracing::warn!(container = %path, error = %e, "cannot restore memory.low");
+            }
+        }
+        for (path, w) in std::mem::take(&mut self.mems_written) {
+            if self.cg.cgroup_id(&path).ok() != Some(w.id) {
+                continue;
+            }
+            if let Err(e) = self.cg.set_cpuset_mems(&path, &w.original) {
+                tracing::warn!(container = %path, error = %e, "cannot restore cpuset.mems");
+            }
+        }
+        tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
+    }
+
+    fn publish(
+        &self,
+        snapshot: &Snapshot,
+        plan: &Plan,
+        managed: &[Managed],
+        per_node: &HashMap<u64, BTreeMap<u32, u64>>,
+        fast_free: u64,
+    ) {
+        let mt = &self.metrics;
+        let fast = self.topo.fast_nodes();
+        for n in &self.topo.nodes {
+            let tier = if fast.contains(&n.id) {
+                TierLabel::Fast
+            } else {
+                TierLabel::Lower
+            };
+            let l = NodeLabels { node: n.id, tier };
+            mt.node_capacity_bytes
+                .get_or_create(&l)
+                .set(gauge_bytes(n.mem_total_bytes));
+            mt.node_free_bytes
+                .get_or_create(&l)
+                .set(gauge_bytes(n.mem_free_bytes));
+        }
+        mt.clear_container_gauges();
+        mt.fast_pool_bytes.set(gauge_bytes(plan.pool_bytes));
+        mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
+        mt.managed_containers.set(managed.len() as i64);
+        let mut status = Status {
+            tiered: !self.observe_only,
+            promotion: self.cfg.daemon.promotion.as_str().into(),
+            fast_nodes: fast.iter().copied().collect(),
+            lower_nodes: self.topo.lower_nodes().iter().copied().collect(),
+            fast_capacity_bytes: snapshot.fast_capacity_bytes,
+            fast_free_bytes: fast_free,
+            pool_bytes: plan.pool_bytes,
+            guarantees_scaled: plan.guarantees_scaled,
+            cycles: self.cycles + 1,
+            containers: Vec::new(),
+        };
+        for (m, s) in managed.iter().zip(&snapshot.containers) {
+            let c = ContainerLabels {
+                container: m.path.clone(),
+            };
+            if let Some(nodes) = per_node.get(&m.id) {
+                for (&node, &b) in nodes {
+                    let tier = if fast.contains(&node) {
+                        TierLabel::Fast
+                    } else {
+                        TierLabel::Lower
+                    };
+                    mt.container_memory_bytes
+                        .get_or_create(&ContainerNodeLabels {
+                            container: m.path.clone(),
+                            node,
+                            tier,
+                        })
+                        .set(gauge_bytes(b));
+                }
+            }
+            let usage = s.usage_bytes();
+            mt.container_local_ratio.get_or_create(&c).set(if usage == 0 {
+                0.0
+            } else {
+                s.fast_bytes as f64 / usage as f64
+            });
+            let Some(p) = plan.get(m.id) else { continue };
+            mt.container_target_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(p.target_bytes));
+            mt.container_demand_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(p.demand_bytes));
+            mt.container_guarantee_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(p.guarantee_bytes));
+            mt.container_local_low_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(p.local_low_bytes));
+            mt.container_local_high_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(p.local_high_bytes));
+            mt.container_memory_low_bytes
+                .get_or_create(&c)
+                .set(gauge_bytes(if self.observe_only { 0 } else { p.memory_low_bytes }));
+            mt.container_state
+                .get_or_create(&ContainerStateLabels {
+                    container: m.path.clone(),
+                    state: state_name(p.state),
+                })
+                .set(1);
+            let entry = &self.cfg.policies[m.policy_index];
+            status.containers.push(ContainerStatus {
+                container: m.path.clone(),
+                id: m.id,
+                policy: entry.name.clone().unwrap_or_else(|| entry.pattern.clone()),
+                fast_bytes: s.fast_bytes,
+                lower_bytes: s.slow_bytes,
+                demand_bytes: p.demand_bytes,
+                local_low_bytes: p.local_low_bytes,
+                local_high_bytes: p.local_high_bytes,
+                target_bytes: p.target_bytes,
+                memory_low_bytes: p.memory_low_bytes,
+                demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
+                state: state_name(p.state).into(),
+            });
+        }
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ancestors_of_nested_path() {
+        assert_eq!(ancestors("a/b/c"), vec!["a".to_string(), "a/b".to_string()]);
+        assert!(ancestors("a").is_empty());
+    }
+}

@@ -1,0 +1,165 @@
+//! Prometheus metrics, each declared once with its help text and unit in the
+//! name (Prometheus naming: `_bytes`, `_seconds`, `_total`). prometheus-client
+//! appends `_total` to counters itself, so counters are registered without it.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerLabels {
+    pub container: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerNodeLabels {
+    pub container: String,
+    pub node: u32,
+    pub tier: TierLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum TierLabel {
+    Fast,
+    Lower,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerStateLabels {
+    pub container: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerReasonLabels {
+    pub container: String,
+    /// Kernel demotion path from memory.stat: kswapd, direct (includes
+    /// memory.reclaim), khugepaged.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerErrorLabels {
+    pub container: String,
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub node: u32,
+    pub tier: TierLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfoLabels {
+    pub version: &'static str,
+    pub promotion: &'static str,
+}
+
+type GaugeF = Gauge<f64, AtomicU64>;
+
+/// Every metric tierd exports.
+pub struct Metrics {
+    registry: Registry,
+    pub container_memory_bytes: Family<ContainerNodeLabels, Gauge>,
+    pub container_local_ratio: Family<ContainerLabels, GaugeF>,
+    pub container_target_bytes: Family<ContainerLabels, Gauge>,
+    pub container_demand_bytes: Family<ContainerLabels, Gauge>,
+    pub container_guarantee_bytes: Family<ContainerLabels, Gauge>,
+    pub container_local_low_bytes: Family<ContainerLabels, Gauge>,
+    pub container_local_high_bytes: Family<ContainerLabels, Gauge>,
+    pub container_memory_low_bytes: Family<ContainerLabels, Gauge>,
+    pub container_state: Family<ContainerStateLabels, Gauge>,
+    pub container_demote_requested_bytes: Family<ContainerLabels, Counter>,
+    pub container_reclaim_short: Family<ContainerLabels, Counter>,
+    pub container_reclaim_errors: Family<ContainerErrorLabels, Counter>,
+    pub container_demoted_bytes: Family<ContainerReasonLabels, Counter>,
+    pub container_promoted_bytes: Family<ContainerLabels, Counter>,
+    pub node_capacity_bytes: Family<NodeLabels, Gauge>,
+    pub node_free_bytes: Family<NodeLabels, Gauge>,
+    pub fast_pool_bytes: Gauge,
+    pub guarantees_scaled: Gauge,
+    pub tiered: Gauge,
+    pub managed_containers: Gauge,
+    pub loop_duration_seconds: Histogram,
+    pub loop_errors: Counter,
+    info: Family<InfoLabels, Gauge>,
+}
+
+impl Metrics {
+    pub fn new(promotion: &'static str) -> Metrics {
+        let mut r = Registry::default();
+        macro_rules! reg {
+            ($name:literal, $help:literal, $m:expr) => {{
+                let m = $m;
+                r.register($name, $help, m.clone());
+                m
+            }};
+        }
+        let m = Metrics {
+            container_memory_bytes: reg!("tierd_container_memory_bytes", "Container memory (anon + file) resident on a NUMA node, from memory.numa_stat", Family::default()),
+            container_local_ratio: reg!("tierd_container_local_ratio", "Share of the container's memory on the fast tier (0..1)", Family::default()),
+            container_target_bytes: reg!("tierd_container_target_bytes", "Fast-tier target computed by the fair-share policy", Family::default()),
+            container_demand_bytes: reg!("tierd_container_demand_bytes", "Fast-tier demand used by the policy (hot bytes, or usage where hotness is unknown)", Family::default()),
+            container_guarantee_bytes: reg!("tierd_container_guarantee_bytes", "Guaranteed fast-tier bytes: min(demand, local_low), scaled if guarantees exceed capacity", Family::default()),
+            container_local_low_bytes: reg!("tierd_container_local_low_bytes", "Configured local_low resolved to bytes", Family::default()),
+            container_local_high_bytes: reg!("tierd_container_local_high_bytes", "Configured local_high resolved to bytes", Family::default()),
+            container_memory_low_bytes: reg!("tierd_container_memory_low_bytes", "memory.low protection written by tierd", Family::default()),
+            container_state: reg!("tierd_container_state", "1 for the container's placement state (over_target, under_target, at_target, pinned)", Family::default()),
+            container_demote_requested_bytes: reg!("tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote", Family::default()),
+            container_reclaim_short: reg!("tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)", Family::default()),
+            container_reclaim_errors: reg!("tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error", Family::default()),
+            container_demoted_bytes: reg!("tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)", Family::default()),
+            container_promoted_bytes: reg!("tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)", Family::default()),
+            node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
+            node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
+            fast_pool_bytes: reg!("tierd_fast_pool_bytes", "Fast-tier bytes shared among managed containers this cycle", Gauge::default()),
+            guarantees_scaled: reg!("tierd_guarantees_scaled", "1 when the local_low guarantees exceed the fast tier and were scaled down", Gauge::default()),
+            tiered: reg!("tierd_host_tiered", "1 when the host has a lower memory tier and tierd actuates; 0 in observe-only mode", Gauge::default()),
+            managed_containers: reg!("tierd_managed_containers", "Containers matched by a policy this cycle", Gauge::default()),
+            loop_duration_seconds: reg!("tierd_loop_duration_seconds", "Duration of one control-loop cycle (sample, solve, actuate)", Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
+            loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
+            info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),
+            registry: r,
+        };
+        m.info
+            .get_or_create(&InfoLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                promotion,
+            })
+            .set(1);
+        m
+    }
+
+    /// Drops the per-container gauge series (not the counters) so that a
+    /// vanished container stops being reported; the cycle sets them again.
+    pub fn clear_container_gauges(&self) {
+        self.container_memory_bytes.clear();
+        self.container_local_ratio.clear();
+        self.container_target_bytes.clear();
+        self.container_demand_bytes.clear();
+        self.container_guarantee_bytes.clear();
+        self.container_local_low_bytes.clear();
+        self.container_local_high_bytes.clear();
+        self.container_memory_low_bytes.clear();
+        self.container_state.clear();
+    }
+
+    /// OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Saturating u64 → i64 for gauges.
+pub fn gauge_bytes(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,124 @@
+//! Host-wide kernel knobs tierd sets at start and restores at exit:
+//! `/sys/kernel/mm/numa/demotion_enabled` and `kernel.numa_balancing`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// `demotion_enabled` below the sysfs root (Documentation/ABI/testing/sysfs-kernel-mm-numa).
+pub const DEMOTION_ENABLED: &str = "kernel/mm/numa/demotion_enabled";
+/// `kernel.numa_balancing` below the procfs root (Documentation/admin-guide/sysctl/kernel.rst):
+/// 0 off, 1 NUMA balancing, 2 memory-tiering promotion, 3 both.
+pub const NUMA_BALANCING: &str = "sys/kernel/numa_balancing";
+
+/// One knob changed by tierd, with the value it had before.
+#[derive(Debug, Clone)]
+struct Saved {
+    path: PathBuf,
+    original: String,
+}
+
+/// Knobs changed by tierd. [`KernelKnobs::restore`] writes back the originals;
+/// it is also called on drop, so a panic or early return leaves the host sane.
+#[derive(Debug, Default)]
+pub struct KernelKnobs {
+    saved: Vec<Saved>,
+}
+
+impl KernelKnobs {
+    /// Writes `value` to `path` unless it already holds it; remembers the old
+    /// value for restore. Errors name the path (missing file: the kernel lacks
+    /// the feature; EACCES: not root).
+    pub fn set(&mut self, path: &Path, value: &str) -> Result<()> {
+        let original = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read (kernel without this feature?)", path.display()))?
+            .trim()
+            .to_owned();
+        if normalize(&original) == normalize(value) {
+            return Ok(());
+        }
+        std::fs::write(path, value)
+            .with_context(|| format!("{}: cannot write {value:?} (tierd must run as root)", path.display()))?;
+        tracing::info!(path = %path.display(), from = %original, to = %value, "changed kernel setting");
+        if !self.saved.iter().any(|s| s.path == path) {
+            self.saved.push(Saved {
+                path: path.to_owned(),
+                original,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes back every original value, newest first. Failures are logged,
+    /// not returned: restore runs on the way out and must try every knob.
+    pub fn restore(&mut self) {
+        while let Some(s) = self.saved.pop() {
+            match std::fs::write(&s.path, &s.original) {
+                Ok(()) => tracing::info!(path = %s.path.display(), value = %s.original, "restored kernel setting"),
+                Err(e) => tracing::error!(path = %s.path.display(), value = %s.original, error = %e, "cannot restore kernel setting"),
+            }
+        }
+    }
+
+    /// Number of knobs currently changed by tierd.
+    pub fn changed(&self) -> usize {
+        self.saved.len()
+    }
+}
+
+impl Drop for KernelKnobs {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
+/// `demotion_enabled` reads back as `true`/`false` but accepts `1`/`0` too.
+fn normalize(v: &str) -> &str {
+    match v.trim() {
+        "1" | "true" | "y" | "Y" => "1",
+        "0" | "false" | "n" | "N" => "0",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_and_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("demotion_enabled");
+        let b = dir.path().join("numa_balancing");
+        std::fs::write(&a, "false\n").unwrap();
+        std::fs::write(&b, "0\n").unwrap();
+        {
+            let mut k = KernelKnobs::default();
+            k.set(&a, "1").unwrap();
+            k.set(&b, "2").unwrap();
+            k.set(&b, "2").unwrap();
+            assert_eq!(k.changed(), 2);
+            assert_eq!(std::fs::read_to_string(&a).unwrap(), "1");
+            assert_eq!(std::fs::read_to_string(&b).unwrap(), "2");
+        } // dropped: restores
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "false");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "0");
+    }
+
+    #[test]
+    fn unchanged_value_is_not_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("demotion_enabled");
+        std::fs::write(&a, "true\n").unwrap();
+        let mut k = KernelKnobs::default();
+        k.set(&a, "1").unwrap();
+        assert_eq!(k.changed(), 0);
+    }
+
+    #[test]
+    fn missing_knob_names_path() {
+        let mut k = KernelKnobs::default();
+        let err = k.set(Path::new("/nonexistent/demotion_enabled"), "1").unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent/demotion_enabled"));
+    }
+}

@@ -1,0 +1,56 @@
+# Shell helpers for tests run inside the emulated CXL host (busybox sh).
+# Sourced by the guest scripts of the VM integration tests.
+
+CG=/sys/fs/cgroup
+
+# mkcg PATH: creates a cgroup (and its parents) with the memory controller
+# enabled on the way down.
+mkcg() {
+    local cur=$CG part
+    for part in $(echo "$1" | tr '/' ' '); do
+        grep -qw memory "$cur/cgroup.subtree_control" || echo +memory > "$cur/cgroup.subtree_control"
+        cur=$cur/$part
+        [ -d "$cur" ] || mkdir "$cur"
+    done
+}
+
+# start_in CGROUP CMD...: runs CMD in the cgroup, in the background; prints its pid.
+start_in() {
+    local cg=$1; shift
+    sh -c 'echo 0 > "$0/cgroup.procs" && exec "$@"' "$CG/$cg" "$@" > /dev/null 2>&1 &
+    echo $!
+}
+
+# node_mib CGROUP NODE: the cgroup's anon + file MiB on NODE (memory.numa_stat).
+node_mib() {
+    awk -v n="N$2=" '$1 == "anon" || $1 == "file" {
+        for (i = 2; i <= NF; i++) if (index($i, n) == 1) { sub(n, "", $i); s += $i } }
+        END { printf "%d\n", s / 1048576 }' "$CG/$1/memory.numa_stat"
+}
+
+# usage_mib CGROUP: memory.current in MiB.
+usage_mib() { echo $(( $(cat "$CG/$1/memory.current") / 1048576 )); }
+
+# wait_usage CGROUP MIB TIMEOUT_S: waits until memory.current reaches MIB.
+wait_usage() {
+    local i=0
+    while [ "$(usage_mib "$1")" -lt "$2" ]; do
+        i=$((i + 1)); [ "$i" -gt "$(( $3 * 2 ))" ] && { echo "FAIL: $1 reached only $(usage_mib "$1") MiB of $2 in $3 s"; return 1; }
+        sleep 0.5
+    done
+}
+
+# wait_http TIMEOUT_S: waits until tierd serves /status.
+wait_http() {
+    local i=0
+    until tierctl status --json > /dev/null 2>&1; do
+        i=$((i + 1)); [ "$i" -gt "$(( $1 * 5 ))" ] && { echo "FAIL: tierd did not serve /status in $1 s"; cat /tmp/tierd.log; return 1; }
+        sleep 0.2
+    done
+}
+
+# emit_status: one line `STATUS <json>` for the host-side test to parse.
+emit_status() { echo "STATUS $(tierctl status --json)"; }
+
+# emit_node CGROUP: one line `NODES <cgroup> <N0 MiB> <N1 MiB>`.
+emit_node() { echo "NODES $1 $(node_mib "$1" 0) $(node_mib "$1" 1)"; }
