@@ -1,10 +1,15 @@
 //! Fair-share placement policy for tiered memory: pure functions from a
-//! [`Snapshot`] (plus [`PolicyState`]) to a [`Plan`]. No I/O, no clock, no async.
+//! [`Snapshot`] (plus [`PolicyState`]) to a [`Plan`]. No I/O, no clock, no
+//! async, no randomness: the same inputs always give the same plan.
+//!
+//! The control law (DESIGN.md "Policy semantics") is documented on [`solve`].
 
+mod bucket;
 mod model;
-pub use model::*;
+mod solve;
 
-/// Solves one cycle. Placeholder until the solver lands.
-pub fn solve(_snapshot: &Snapshot, _params: &PolicyParams, _state: &mut PolicyState) -> Plan {
-    Plan::default()
-}
+pub use model::*;
+pub use solve::solve;
+
+#[cfg(test)]
+mod tests;

@@ -170,7 +170,22 @@ pub struct Plan {
     pub pool_bytes: u64,
     /// True when the guarantees alone exceeded the pool and were scaled down.
     pub guarantees_scaled: bool,
+    /// One entry per container of the snapshot; [`crate::solve`] sorts them
+    /// by id.
     pub containers: Vec<ContainerPlan>,
+}
+
+impl Plan {
+    /// The plan of container `id`, if it was in the snapshot.
+    ///
+    /// O(log n) on a plan from [`crate::solve`] (sorted by id); a plan built
+    /// by hand in another order is still answered correctly, by a linear scan.
+    pub fn get(&self, id: ContainerId) -> Option<&ContainerPlan> {
+        match self.containers.binary_search_by_key(&id, |p| p.id) {
+            Ok(i) => Some(&self.containers[i]),
+            Err(_) => self.containers.iter().find(|p| p.id == id),
+        }
+    }
 }
 
 /// State carried from one solve to the next (token buckets), keyed by id.

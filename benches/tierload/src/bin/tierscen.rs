@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -157,8 +158,11 @@ fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
             continue;
         }
         for kv in it {
-            let Some((n, b)) = kv.split_once('=') else { continue };
-            let (Ok(n), Ok(b)) = (n.trim_start_matches('N').parse::<u32>(), b.parse::<u64>()) else {
+            let Some((n, b)) = kv.split_once('=') else {
+                continue;
+            };
+            let (Ok(n), Ok(b)) = (n.trim_start_matches('N').parse::<u32>(), b.parse::<u64>())
+            else {
                 continue;
             };
             if fast.contains(&n) {
@@ -189,7 +193,8 @@ fn tierd_targets(addr: &str) -> BTreeMap<String, u64> {
     if let Ok(body) = http_get(addr, "/status") {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
             for c in v["containers"].as_array().into_iter().flatten() {
-                if let (Some(name), Some(t)) = (c["container"].as_str(), c["target_bytes"].as_u64()) {
+                if let (Some(name), Some(t)) = (c["container"].as_str(), c["target_bytes"].as_u64())
+                {
                     out.insert(name.to_owned(), t);
                 }
             }
@@ -201,18 +206,18 @@ fn tierd_targets(addr: &str) -> BTreeMap<String, u64> {
 fn mkcgroup(path: &str) -> Result<()> {
     let mut cur = PathBuf::from(CGROUP_ROOT);
     let parts: Vec<&str> = path.split('/').collect();
-    for (i, part) in parts.iter().enumerate() {
+    for part in &parts {
         // Children need the memory controller enabled in their parent.
         let sc = cur.join("cgroup.subtree_control");
         let enabled = fs::read_to_string(&sc).unwrap_or_default();
         if !enabled.split_whitespace().any(|c| c == "memory") {
-            fs::write(&sc, "+memory").with_context(|| format!("enable memory in {}", sc.display()))?;
+            fs::write(&sc, "+memory")
+                .with_context(|| format!("enable memory in {}", sc.display()))?;
         }
         cur.push(part);
         if !cur.exists() {
             fs::create_dir(&cur).with_context(|| format!("mkdir {}", cur.display()))?;
         }
-        let _ = i;
     }
     Ok(())
 }
@@ -237,7 +242,9 @@ fn rmcgroup(path: &str) {
 }
 
 fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
-    let procs = Path::new(CGROUP_ROOT).join(&spec.cgroup).join("cgroup.procs");
+    let procs = Path::new(CGROUP_ROOT)
+        .join(&spec.cgroup)
+        .join("cgroup.procs");
     let mut cmd = Command::new("tierload");
     cmd.args(&spec.args)
         .args(["--name", &spec.name])
@@ -290,7 +297,13 @@ struct ModeResult {
     converged_s: Option<f64>,
 }
 
-fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Option<fs::File>) -> Result<ModeResult> {
+fn run_mode(
+    sc: &Scenario,
+    mode: Mode,
+    duration_s: u64,
+    cli: &Cli,
+    json: &mut Option<fs::File>,
+) -> Result<ModeResult> {
     let fast = nodes_with_cpus();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     let mut tierd: Option<Child> = None;
@@ -304,24 +317,45 @@ fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Op
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             fs::write(&cfg_path, &sc.tierd_config)?;
             let v: toml::Value = toml::from_str(&sc.tierd_config).context("tierd_config")?;
-            if let Some(a) = v.get("daemon").and_then(|d| d.get("metrics_listen")).and_then(|a| a.as_str()) {
+            if let Some(a) = v
+                .get("daemon")
+                .and_then(|d| d.get("metrics_listen"))
+                .and_then(|a| a.as_str())
+            {
                 addr = a.to_owned();
             }
             let log = fs::File::create(format!("/tmp/tierd-{}.log", sc.name))?;
+            // Start tierd the way systemd's Type=notify does: a notification
+            // socket in NOTIFY_SOCKET, readiness when it sends READY=1.
+            let sock_path = PathBuf::from(format!("/run/tierscen-{}.notify", sc.name));
+            let _ = fs::remove_file(&sock_path);
+            let sock = UnixDatagram::bind(&sock_path).context("bind the notify socket")?;
+            sock.set_read_timeout(Some(Duration::from_secs(60)))?;
             let child = Command::new("tierd")
                 .args(["--config", cfg_path.to_str().unwrap(), "run"])
+                .env("NOTIFY_SOCKET", &sock_path)
                 .stdout(log.try_clone()?)
                 .stderr(log)
                 .spawn()
                 .context("start tierd (is it on PATH?)")?;
             tierd = Some(child);
-            let t0 = Instant::now();
-            while http_get(&addr, "/status").is_err() {
-                if t0.elapsed() > Duration::from_secs(30) {
-                    bail!("tierd did not serve /status within 30 s; see /tmp/tierd-{}.log", sc.name);
+            let mut buf = [0u8; 512];
+            loop {
+                let n = sock.recv(&mut buf).with_context(|| {
+                    format!(
+                        "tierd sent no READY=1 within 60 s; see /tmp/tierd-{}.log",
+                        sc.name
+                    )
+                })?;
+                if String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == "READY=1")
+                {
+                    break;
                 }
-                thread::sleep(Duration::from_millis(200));
             }
+            println!("tierd is ready (sd_notify READY=1)");
+            http_get(&addr, "/status").context("tierd is ready but does not serve /status")?;
         }
     }
     for c in &sc.containers {
@@ -343,7 +377,11 @@ fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Op
         }
         if t >= next_sample as f64 {
             next_sample += sc.sample_s;
-            let targets = if mode == Mode::Tierd { tierd_targets(&addr) } else { BTreeMap::new() };
+            let targets = if mode == Mode::Tierd {
+                tierd_targets(&addr)
+            } else {
+                BTreeMap::new()
+            };
             let mut line = format!("t={t:>5.0}s");
             let mut all_within = running.len() == sc.containers.len() && t >= last_start as f64;
             for r in &running {
@@ -358,7 +396,11 @@ fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Op
                     container: spec.name.clone(),
                     fast_bytes: f,
                     lower_bytes: l,
-                    local_ratio: if f + l == 0 { 0.0 } else { f as f64 / (f + l) as f64 },
+                    local_ratio: if f + l == 0 {
+                        0.0
+                    } else {
+                        f as f64 / (f + l) as f64
+                    },
                     target_bytes: target,
                     hot_residency: rep.as_ref().map(|r| r.hot_residency),
                     hit_ratio: rep.as_ref().map(|r| r.hit_ratio),
@@ -378,9 +420,15 @@ fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Op
                     100.0 * s.local_ratio,
                     mib(f),
                     mib(f + l),
-                    target.map(|t| format!(" target {:>4.0}", mib(t))).unwrap_or_default(),
-                    s.hot_residency.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
-                    s.hit_ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+                    target
+                        .map(|t| format!(" target {:>4.0}", mib(t)))
+                        .unwrap_or_default(),
+                    s.hot_residency
+                        .map(|v| format!("{v:.2}"))
+                        .unwrap_or_else(|| "-".into()),
+                    s.hit_ratio
+                        .map(|v| format!("{v:.2}"))
+                        .unwrap_or_else(|| "-".into()),
                 );
                 if let Some(f) = json.as_mut() {
                     writeln!(f, "{}", serde_json::to_string(&s)?)?;
@@ -396,7 +444,11 @@ fn run_mode(sc: &Scenario, mode: Mode, duration_s: u64, cli: &Cli, json: &mut Op
     }
     if mode == Mode::Tierd && cli.metrics {
         println!("--- tierd /metrics at the end of {} ---", sc.name);
-        print!("{}", http_get(&addr, "/metrics").unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n")));
+        print!(
+            "{}",
+            http_get(&addr, "/metrics")
+                .unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n"))
+        );
     }
     stop(&mut running);
     if let Some(mut t) = tierd {
@@ -432,7 +484,11 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                     .samples
                     .iter()
                     .filter(|s| s.container == c.name)
-                    .min_by(|a, b| (a.t_s - cp as f64).abs().total_cmp(&(b.t_s - cp as f64).abs()));
+                    .min_by(|a, b| {
+                        (a.t_s - cp as f64)
+                            .abs()
+                            .total_cmp(&(b.t_s - cp as f64).abs())
+                    });
                 if let Some(s) = best {
                     println!(
                         "{:<8} {:<10} {:>6.0} {:>8.1}% {:>10.0} {:>9} {:>8} {:>8}",
@@ -441,16 +497,24 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                         s.t_s,
                         100.0 * s.local_ratio,
                         mib(s.fast_bytes),
-                        s.target_bytes.map(|t| format!("{:.0}", mib(t))).unwrap_or_else(|| "-".into()),
-                        s.hot_residency.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
-                        s.hit_ratio.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into()),
+                        s.target_bytes
+                            .map(|t| format!("{:.0}", mib(t)))
+                            .unwrap_or_else(|| "-".into()),
+                        s.hot_residency
+                            .map(|v| format!("{v:.3}"))
+                            .unwrap_or_else(|| "-".into()),
+                        s.hit_ratio
+                            .map(|v| format!("{v:.3}"))
+                            .unwrap_or_else(|| "-".into()),
                     );
                 }
             }
         }
         if r.mode == Mode::Tierd {
             match r.converged_s {
-                Some(t) => println!("tierd: all containers within ±5% of target {t:.0} s after the last start"),
+                Some(t) => println!(
+                    "tierd: all containers within ±5% of target {t:.0} s after the last start"
+                ),
                 None => println!("tierd: containers did not all come within ±5% of target"),
             }
         }
@@ -459,8 +523,10 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let text = fs::read_to_string(&cli.scenario).with_context(|| cli.scenario.display().to_string())?;
-    let sc: Scenario = toml::from_str(&text).with_context(|| format!("{}: invalid scenario", cli.scenario.display()))?;
+    let text =
+        fs::read_to_string(&cli.scenario).with_context(|| cli.scenario.display().to_string())?;
+    let sc: Scenario = toml::from_str(&text)
+        .with_context(|| format!("{}: invalid scenario", cli.scenario.display()))?;
     if sc.containers.is_empty() {
         bail!("{}: no [[container]]", cli.scenario.display());
     }

@@ -1,0 +1,388 @@
+//! The fair-share solver: one pure pass from a [`Snapshot`] (plus the token
+//! buckets in [`PolicyState`]) to a [`Plan`].
+//!
+//! The control law is DESIGN.md "Policy semantics", in the mould of the
+//! Vistara "Fair Share" policy (per-service `local_low` protection, `local_high`
+//! bound, weight, and opt-out) and of Equilibria (Meta's LKML RFC "memory
+//! tiering fairness by per-cgroup control of promotion and demotion", Sep
+//! 2024: protection through `memory.low`, regulated demotion and promotion).
+//! The steps, in order:
+//!
+//! 1. **Pool.** The fast tier minus unmanaged use, minus the headroom reserve,
+//!    minus the fast-tier bytes of opted-out (pinned) containers.
+//! 2. **Guarantee.** Each container gets `min(demand, local_low)`; if those
+//!    exceed the pool they are scaled down in proportion
+//!    ([`Plan::guarantees_scaled`]).
+//! 3. **Share.** The rest of the pool is water-filled by weight (weighted
+//!    max-min fairness) up to `min(demand, local_high)`; what one container
+//!    cannot use goes to the others (work-conserving).
+//! 4. **Hysteresis.** Pages move only when fast-tier usage leaves
+//!    `target ± band`; a demotion brings the container back *to* its target.
+//! 5. **Rate limits.** Per-container and global token buckets bound the bytes
+//!    demoted and promoted per cycle (see [`crate::bucket`]).
+//! 6. **Protection.** `memory.low` = usage for containers at or under target
+//!    (so kswapd skips them; the kernel computes `memory.low` on total usage,
+//!    not per tier), 0 for containers over target; pinned containers get
+//!    their usage and are never demoted.
+//!
+//! All arithmetic on bytes is integer (u64, with u128 intermediates), so the
+//! targets of non-pinned containers sum to at most the pool, exactly. The
+//! solver is O(n log n) in the number of containers: the only sort is by id
+//! (skipped when the snapshot already lists containers in id order);
+//! water-filling is O(n) by selection, and the global buckets are spent
+//! through a heap only when they run short.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use crate::bucket::{whole_bytes, Bucket};
+use crate::model::{
+    ContainerId, ContainerPlan, ContainerSnapshot, PlacementState, Plan, PolicyParams, PolicyState,
+    Snapshot,
+};
+
+/// Solves one control cycle: computes each container's fast-tier target and
+/// this cycle's demotion/promotion budgets and `memory.low` value, and
+/// advances the token buckets in `state`.
+///
+/// * Time enters only as `snapshot.elapsed_ms` (0 on the first snapshot,
+///   which fills every bucket to one burst).
+/// * `state` entries of containers absent from `snapshot` are dropped; a
+///   container new to `state` starts with a full bucket.
+/// * Containers are keyed by [`ContainerId`], assumed unique in a snapshot.
+/// * The returned [`Plan::containers`] is sorted by id, so [`Plan::get`] is a
+///   binary search.
+///
+/// Deterministic: the same inputs (snapshot, params, state) give the same plan
+/// and the same new state.
+pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState) -> Plan {
+    // Work in id order throughout: the plan comes out sorted, the token maps
+    // (BTreeMaps, sorted by id) are merge-joined instead of searched, and
+    // every tie is broken by id.
+    let mut order: Vec<(ContainerId, usize)> = snapshot
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.id, i))
+        .collect();
+    if !order.is_sorted() {
+        order.sort_unstable();
+    }
+    let cs: Vec<&ContainerSnapshot> = order
+        .iter()
+        .map(|&(_, i)| &snapshot.containers[i])
+        .collect();
+
+    // Rule 1 and opt-out (DESIGN.md rule 5, Vistara opt-out): pinned
+    // containers keep their DRAM, which leaves the shared pool.
+    let pinned_fast_bytes = cs
+        .iter()
+        .filter(|c| c.policy.opt_out)
+        .fold(0u64, |acc, c| acc.saturating_add(c.fast_bytes));
+    let pool_bytes = snapshot
+        .fast_capacity_bytes
+        .saturating_sub(snapshot.fast_unmanaged_bytes)
+        .saturating_sub(params.headroom_bytes)
+        .saturating_sub(pinned_fast_bytes);
+
+    // Rule 2 inputs: demand, resolved bounds, unscaled guarantee.
+    let mut plans: Vec<ContainerPlan> = cs.iter().map(|c| initial_plan(c)).collect();
+
+    // Guarantee (DESIGN.md rule 1), scaled in proportion when the guarantees
+    // alone exceed the pool (rule 2, last sentence).
+    let shared = |p: &&mut ContainerPlan| p.state != PlacementState::Pinned;
+    let guarantee_sum: u128 = plans
+        .iter_mut()
+        .filter(shared)
+        .map(|p| u128::from(p.guarantee_bytes))
+        .sum();
+    let guarantees_scaled = guarantee_sum > u128::from(pool_bytes);
+    let mut guaranteed = guarantee_sum as u64; // ≤ pool unless scaled
+    if guarantees_scaled {
+        guaranteed = 0;
+        for p in plans.iter_mut().filter(shared) {
+            // floor(g × pool / Σg) ≤ g, and the floors sum to ≤ pool.
+            p.guarantee_bytes =
+                (u128::from(p.guarantee_bytes) * u128::from(pool_bytes) / guarantee_sum) as u64;
+            guaranteed += p.guarantee_bytes;
+        }
+    }
+
+    // Share (DESIGN.md rule 2): water-fill the rest of the pool by weight,
+    // each container up to its cap min(demand, local_high).
+    let items: Vec<FillItem> = plans
+        .iter()
+        .zip(&cs)
+        .map(|(p, c)| FillItem {
+            room_bytes: if c.policy.opt_out {
+                0
+            } else {
+                p.demand_bytes
+                    .min(p.local_high_bytes)
+                    .saturating_sub(p.guarantee_bytes)
+            },
+            weight: u64::from(c.policy.weight.max(1)),
+        })
+        .collect();
+    let extra = water_fill(pool_bytes - guaranteed, &items);
+    for ((p, c), e) in plans.iter_mut().zip(&cs).zip(extra) {
+        p.target_bytes = if c.policy.opt_out {
+            c.fast_bytes
+        } else {
+            p.guarantee_bytes + e
+        };
+    }
+
+    // Hysteresis (DESIGN.md rule 3): classify, and what each would move.
+    let mut over: Vec<(usize, u64)> = Vec::new();
+    let mut under: Vec<(usize, u64)> = Vec::new();
+    for (i, (p, c)) in plans.iter_mut().zip(&cs).enumerate() {
+        if c.policy.opt_out {
+            continue;
+        }
+        let band = band_bytes(params, p.target_bytes);
+        if c.fast_bytes > p.target_bytes.saturating_add(band) {
+            p.state = PlacementState::OverTarget;
+            over.push((i, c.fast_bytes - p.target_bytes));
+        } else if c.fast_bytes.saturating_add(band) < p.target_bytes && c.slow_bytes > 0 {
+            p.state = PlacementState::UnderTarget;
+            under.push((i, (p.target_bytes - c.fast_bytes).min(c.slow_bytes)));
+        } else {
+            p.state = PlacementState::AtTarget;
+        }
+    }
+
+    // Rate limits: refill every bucket, then spend in a fixed order.
+    let elapsed_ms = snapshot.elapsed_ms;
+    let ids = || cs.iter().map(|c| c.id);
+    let mut demote_tokens = Bucket::new(params.container_demote_bytes_per_s, params.burst_s)
+        .refill_all(&state.demote_tokens, ids(), elapsed_ms);
+    let mut promote_tokens = Bucket::new(params.container_promote_bytes_per_s, params.burst_s)
+        .refill_all(&state.promote_tokens, ids(), elapsed_ms);
+    let mut global_demote = Bucket::new(params.global_demote_bytes_per_s, params.burst_s)
+        .refill(Some(state.global_demote_tokens), elapsed_ms);
+    let mut global_promote = Bucket::new(params.global_promote_bytes_per_s, params.burst_s)
+        .refill(Some(state.global_promote_tokens), elapsed_ms);
+
+    for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
+        plans[i].demote_bytes = take;
+    }
+    for (i, take) in spend(under, &mut promote_tokens, &mut global_promote) {
+        plans[i].promote_bytes = take;
+    }
+
+    // Protection (Equilibria: memory.low steers kswapd demotion away).
+    for (p, c) in plans.iter_mut().zip(&cs) {
+        p.memory_low_bytes = match p.state {
+            PlacementState::OverTarget => 0,
+            PlacementState::Pinned | PlacementState::AtTarget | PlacementState::UnderTarget => {
+                usage_bytes(c)
+            }
+        };
+    }
+
+    // New state: exactly the containers of this snapshot (prunes the rest).
+    // The input is in key order, so collecting is a linear bulk build.
+    store_tokens(&mut state.demote_tokens, &cs, demote_tokens);
+    store_tokens(&mut state.promote_tokens, &cs, promote_tokens);
+    state.global_demote_tokens = global_demote;
+    state.global_promote_tokens = global_promote;
+
+    Plan {
+        pool_bytes,
+        guarantees_scaled,
+        containers: plans,
+    }
+}
+
+/// Hands out `wants` (index in id order, bytes wanted) from the per-container
+/// `tokens` and the shared `global` bucket: each gets
+/// `min(wanted, its tokens, global tokens left)`, and both buckets are
+/// charged. The global bucket is spent largest want first, ties by id, so
+/// the container furthest from its target is served first, deterministically.
+/// The order only matters when the global bucket runs short; then a binary
+/// heap serves the largest wants until it is empty (O(n + k log n) for k
+/// served), and everyone after that gets 0. Returns (index, bytes granted).
+fn spend(wants: Vec<(usize, u64)>, tokens: &mut [f64], global: &mut f64) -> Vec<(usize, u64)> {
+    fn grant((i, want): (usize, u64), tokens: &mut [f64], global: &mut f64) -> (usize, u64) {
+        let take = want.min(whole_bytes(tokens[i])).min(whole_bytes(*global));
+        tokens[i] -= take as f64;
+        *global -= take as f64;
+        (i, take)
+    }
+    let asked: u128 = wants
+        .iter()
+        .map(|&(i, w)| u128::from(w.min(whole_bytes(tokens[i]))))
+        .sum();
+    if asked <= u128::from(whole_bytes(*global)) {
+        return wants
+            .into_iter()
+            .map(|w| grant(w, tokens, global))
+            .collect();
+    }
+    // Max-heap on (want, Reverse(index)): largest want first, then lowest id.
+    let mut heap: BinaryHeap<(u64, Reverse<usize>)> =
+        wants.into_iter().map(|(i, w)| (w, Reverse(i))).collect();
+    let mut out = Vec::with_capacity(heap.len());
+    while whole_bytes(*global) > 0 {
+        let Some((w, Reverse(i))) = heap.pop() else {
+            break;
+        };
+        out.push(grant((i, w), tokens, global));
+    }
+    out
+}
+
+/// Replaces `map` by `cs` (ascending ids) ↦ `tokens`. In the steady state the
+/// set of containers is unchanged, and the values are overwritten in place
+/// (one ordered walk); otherwise the map is rebuilt, which drops the state of
+/// containers that left.
+fn store_tokens(map: &mut BTreeMap<ContainerId, f64>, cs: &[&ContainerSnapshot], tokens: Vec<f64>) {
+    let same_keys = map.len() == cs.len() && map.keys().zip(cs).all(|(&k, c)| k == c.id);
+    if same_keys {
+        for (v, t) in map.values_mut().zip(tokens) {
+            *v = t;
+        }
+    } else {
+        *map = cs.iter().map(|c| c.id).zip(tokens).collect();
+    }
+}
+
+/// Total usage, saturating (the model's `usage_bytes` would overflow-panic in
+/// debug builds on absurd inputs).
+fn usage_bytes(c: &ContainerSnapshot) -> u64 {
+    c.fast_bytes.saturating_add(c.slow_bytes)
+}
+
+/// Demand, resolved bounds and unscaled guarantee of one container; target,
+/// budgets, state and `memory.low` are filled in later.
+fn initial_plan(c: &ContainerSnapshot) -> ContainerPlan {
+    let usage = usage_bytes(c);
+    // Demand is the hot set where hotness knows it, else usage (DESIGN.md
+    // rule 1). A hot set larger than usage is sampling noise: capped at usage
+    // so the pool is never held for memory the container does not have.
+    let demand_bytes = c.hot_bytes.map_or(usage, |h| h.min(usage));
+    let local_high_bytes = c.policy.local_high.resolve(usage);
+    let local_low_bytes = c.policy.local_low.resolve(usage).min(local_high_bytes);
+    let pinned = c.policy.opt_out;
+    ContainerPlan {
+        id: c.id,
+        demand_bytes,
+        local_low_bytes,
+        local_high_bytes,
+        guarantee_bytes: if pinned {
+            c.fast_bytes
+        } else {
+            demand_bytes.min(local_low_bytes)
+        },
+        target_bytes: 0,
+        demote_bytes: 0,
+        promote_bytes: 0,
+        memory_low_bytes: 0,
+        state: if pinned {
+            PlacementState::Pinned
+        } else {
+            PlacementState::AtTarget
+        },
+    }
+}
+
+/// Hysteresis band around a target, in bytes:
+/// `max(band_min_bytes, band_fraction × target)`. A negative or NaN fraction
+/// counts as 0.
+fn band_bytes(params: &PolicyParams, target_bytes: u64) -> u64 {
+    let frac = params.band_fraction.max(0.0); // NaN.max(0.0) == 0.0
+    let proportional = (frac * target_bytes as f64) as u64;
+    params.band_min_bytes.max(proportional)
+}
+
+/// One container's input to [`water_fill`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FillItem {
+    /// Bytes the container can still take: its cap minus what it already has.
+    pub room_bytes: u64,
+    /// Weight, ≥ 1.
+    pub weight: u64,
+}
+
+/// Weighted max-min fair division of `budget_bytes` (water-filling).
+///
+/// Returns, per item, `min(room, weight × λ)` for the level λ at which the
+/// sum equals the budget (or every item's room, if the rooms add up to less).
+///
+/// The level is found by selection rather than a full sort by
+/// `room / weight`: pick the median ratio r of the undecided items
+/// (`select_nth_unstable`, O(len) worst case) and evaluate
+/// `f(r) = Σ min(room, weight × r)`. If `f(r) ≤ budget`, every item with
+/// ratio ≤ r is full at the level; otherwise every item with ratio ≥ r is
+/// not. Each round halves the undecided items, so the whole is O(n), and all
+/// comparisons are exact integer (u128) cross-products.
+///
+/// The unsaturated items then get `floor(weight × left / weight_left)`; the
+/// floors leave fewer spare bytes than there are such items, and each of them
+/// has room for one more (its ratio is strictly above the level), so the
+/// first ones by position get one byte each: the result sums to
+/// `min(budget, Σ room)` exactly.
+pub(crate) fn water_fill(budget_bytes: u64, items: &[FillItem]) -> Vec<u64> {
+    let rooms: u128 = items.iter().map(|it| u128::from(it.room_bytes)).sum();
+    if rooms <= u128::from(budget_bytes) {
+        return items.iter().map(|it| it.room_bytes).collect();
+    }
+    let mut out = vec![0u64; items.len()];
+    let mut unsaturated = vec![false; items.len()];
+    let mut undecided: Vec<(u64, u64, usize)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.room_bytes > 0)
+        .map(|(i, it)| (it.room_bytes, it.weight, i))
+        .collect();
+    // Budget not yet given to saturated items, and weight of those known
+    // to be unsaturated.
+    let mut left = u128::from(budget_bytes);
+    let mut weight_above = 0u128;
+    let (mut lo, mut hi) = (0, undecided.len()); // the undecided range
+    while lo < hi {
+        let slice = &mut undecided[lo..hi];
+        let m = slice.len() / 2;
+        slice.select_nth_unstable_by(m, |&(ra, wa, ia), &(rb, wb, ib)| {
+            (u128::from(ra) * u128::from(wb))
+                .cmp(&(u128::from(rb) * u128::from(wa)))
+                .then(ia.cmp(&ib))
+        });
+        let (room_p, weight_p, _) = slice[m];
+        let (low, high) = slice.split_at(m + 1); // low ends with the pivot
+        let low_rooms: u128 = low.iter().map(|&(r, _, _)| u128::from(r)).sum();
+        let high_weight: u128 = high.iter().map(|&(_, w, _)| u128::from(w)).sum();
+        // f(r) ≤ left, with r = room_p / weight_p, multiplied by weight_p.
+        let fits = low_rooms * u128::from(weight_p)
+            + u128::from(room_p) * (high_weight + weight_above)
+            <= left * u128::from(weight_p);
+        if fits {
+            for &(r, _, i) in low {
+                out[i] = r;
+            }
+            left -= low_rooms;
+            lo += m + 1;
+        } else {
+            for &(_, w, i) in &slice[m..] {
+                unsaturated[i] = true;
+                weight_above += u128::from(w);
+            }
+            hi = lo + m;
+        }
+    }
+    // Σ rooms > budget, so some item is unsaturated: weight_above > 0.
+    let mut given = 0u128;
+    for (i, it) in items.iter().enumerate() {
+        if unsaturated[i] {
+            let share = u128::from(it.weight) * left / weight_above;
+            out[i] = share as u64;
+            given += share;
+        }
+    }
+    let spare = (left - given) as usize;
+    for i in (0..items.len()).filter(|&i| unsaturated[i]).take(spare) {
+        out[i] += 1;
+    }
+    out
+}

@@ -1,0 +1,692 @@
+//! One unit test (or a few) per rule of DESIGN.md "Policy semantics", with
+//! exact numbers. Property tests live in `tests/properties.rs`.
+
+use crate::solve::{water_fill, FillItem};
+use crate::*;
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// Params that get out of the way: no headroom, no band, effectively
+/// unlimited rates. Each test turns on what it exercises.
+fn params() -> PolicyParams {
+    PolicyParams {
+        headroom_bytes: 0,
+        band_fraction: 0.0,
+        band_min_bytes: 0,
+        container_demote_bytes_per_s: 1 << 50,
+        global_demote_bytes_per_s: 1 << 50,
+        container_promote_bytes_per_s: 1 << 50,
+        global_promote_bytes_per_s: 1 << 50,
+        burst_s: 1.0,
+    }
+}
+
+fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
+    ContainerSnapshot {
+        id,
+        name: format!("c{id}"),
+        fast_bytes,
+        slow_bytes,
+        hot_bytes: None,
+        policy: ContainerPolicy::default(),
+    }
+}
+
+trait With {
+    fn hot(self, b: u64) -> Self;
+    fn low(self, s: Share) -> Self;
+    fn high(self, s: Share) -> Self;
+    fn weight(self, w: u32) -> Self;
+    fn pinned(self) -> Self;
+}
+
+impl With for ContainerSnapshot {
+    fn hot(mut self, b: u64) -> Self {
+        self.hot_bytes = Some(b);
+        self
+    }
+    fn low(mut self, s: Share) -> Self {
+        self.policy.local_low = s;
+        self
+    }
+    fn high(mut self, s: Share) -> Self {
+        self.policy.local_high = s;
+        self
+    }
+    fn weight(mut self, w: u32) -> Self {
+        self.policy.weight = w;
+        self
+    }
+    fn pinned(mut self) -> Self {
+        self.policy.opt_out = true;
+        self
+    }
+}
+
+fn snap(fast_capacity_bytes: u64, containers: Vec<ContainerSnapshot>) -> Snapshot {
+    Snapshot {
+        fast_capacity_bytes,
+        fast_unmanaged_bytes: 0,
+        elapsed_ms: 0,
+        containers,
+    }
+}
+
+fn run(s: &Snapshot, p: &PolicyParams) -> Plan {
+    solve(s, p, &mut PolicyState::default())
+}
+
+fn target(plan: &Plan, id: ContainerId) -> u64 {
+    plan.get(id).unwrap().target_bytes
+}
+
+// ---- Pool and opt-out -------------------------------------------------------
+
+#[test]
+fn pool_excludes_unmanaged_headroom_and_pinned_fast_bytes() {
+    let mut s = snap(
+        10 * GIB,
+        vec![c(1, 2 * GIB, GIB).pinned(), c(2, GIB, 20 * GIB)],
+    );
+    s.fast_unmanaged_bytes = GIB;
+    let p = PolicyParams {
+        headroom_bytes: GIB,
+        ..params()
+    };
+    let plan = run(&s, &p);
+    assert_eq!(plan.pool_bytes, 6 * GIB);
+    let pinned = plan.get(1).unwrap();
+    assert_eq!(pinned.state, PlacementState::Pinned);
+    assert_eq!(pinned.target_bytes, 2 * GIB);
+    assert_eq!(pinned.memory_low_bytes, 3 * GIB);
+    assert_eq!((pinned.demote_bytes, pinned.promote_bytes), (0, 0));
+    // The only shared container gets the whole pool, not the pinned DRAM.
+    assert_eq!(target(&plan, 2), 6 * GIB);
+}
+
+#[test]
+fn pinned_container_is_never_demoted_even_far_above_any_share() {
+    let s = snap(GIB, vec![c(1, 4 * GIB, 0).pinned(), c(2, GIB, GIB)]);
+    let plan = run(&s, &params());
+    assert_eq!(plan.pool_bytes, 0);
+    let pinned = plan.get(1).unwrap();
+    assert_eq!(
+        (pinned.state, pinned.demote_bytes),
+        (PlacementState::Pinned, 0)
+    );
+    // Nothing left for the shared container: demote all its fast bytes.
+    let other = plan.get(2).unwrap();
+    assert_eq!(other.target_bytes, 0);
+    assert_eq!(other.state, PlacementState::OverTarget);
+    assert_eq!(other.demote_bytes, GIB);
+}
+
+#[test]
+fn pool_saturates_at_zero() {
+    let mut s = snap(GIB, vec![c(1, 0, GIB)]);
+    s.fast_unmanaged_bytes = 2 * GIB;
+    let plan = run(&s, &params());
+    assert_eq!(plan.pool_bytes, 0);
+    assert_eq!(target(&plan, 1), 0);
+    assert!(!plan.guarantees_scaled);
+}
+
+// ---- Guarantee ----------------------------------------------------------------
+
+#[test]
+fn guarantee_is_min_of_demand_and_local_low() {
+    // A: demand 4 GiB, low 3 GiB → 3 GiB. B: demand 2 GiB, low 5 GiB → 2 GiB.
+    let s = snap(
+        100 * GIB,
+        vec![
+            c(1, 0, 4 * GIB).low(Share::Bytes(3 * GIB)),
+            c(2, 0, 8 * GIB).hot(2 * GIB).low(Share::Bytes(5 * GIB)),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(plan.get(1).unwrap().guarantee_bytes, 3 * GIB);
+    assert_eq!(plan.get(2).unwrap().guarantee_bytes, 2 * GIB);
+    assert_eq!(plan.get(2).unwrap().demand_bytes, 2 * GIB);
+}
+
+#[test]
+fn guarantee_holds_against_a_heavier_neighbour() {
+    // Weight 1 vs 1000, but A's 6 GiB local_low comes first; only the other
+    // 4 GiB are split by weight (1:1000).
+    let s = snap(
+        10 * GIB,
+        vec![
+            c(1, 0, 20 * GIB).weight(1).low(Share::Bytes(6 * GIB)),
+            c(2, 0, 20 * GIB).weight(1000),
+        ],
+    );
+    let plan = run(&s, &params());
+    // floor(4 GiB / 1001) plus the one spare byte of rounding (by position).
+    let extra_a = 4 * GIB / 1001 + 1;
+    assert_eq!(target(&plan, 1), 6 * GIB + extra_a);
+    assert_eq!(target(&plan, 2), 10 * GIB - 6 * GIB - extra_a);
+}
+
+#[test]
+fn guarantees_over_pool_are_scaled_in_proportion_and_flagged() {
+    // Σg = 9 GiB > 6 GiB pool: scaled by 2/3 → 4 GiB and 2 GiB.
+    let s = snap(
+        6 * GIB,
+        vec![
+            c(1, 0, 6 * GIB).low(Share::Bytes(6 * GIB)),
+            c(2, 0, 3 * GIB).low(Share::Bytes(3 * GIB)),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert!(plan.guarantees_scaled);
+    assert_eq!(plan.get(1).unwrap().guarantee_bytes, 4 * GIB);
+    assert_eq!(plan.get(2).unwrap().guarantee_bytes, 2 * GIB);
+    assert_eq!(target(&plan, 1), 4 * GIB);
+    assert_eq!(target(&plan, 2), 2 * GIB);
+
+    // Exactly at the pool: not scaled.
+    let s = snap(9 * GIB, s.containers);
+    let plan = run(&s, &params());
+    assert!(!plan.guarantees_scaled);
+    assert_eq!(target(&plan, 1), 6 * GIB);
+}
+
+// ---- Share: weighted water-filling -------------------------------------------
+
+#[test]
+fn water_filling_splits_by_weight_exactly() {
+    let s = snap(
+        12 * GIB,
+        vec![
+            c(1, 0, 100 * GIB).weight(100),
+            c(2, 0, 100 * GIB).weight(200),
+            c(3, 0, 100 * GIB).weight(300),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), 2 * GIB);
+    assert_eq!(target(&plan, 2), 4 * GIB);
+    assert_eq!(target(&plan, 3), 6 * GIB);
+}
+
+#[test]
+fn water_filling_redistributes_what_a_capped_container_leaves() {
+    // Weights 1:1:2 of 12 GiB would be 3/3/6, but A wants only 1 GiB:
+    // the 11 GiB left split 1:2 → B 11/3, C 22/3 (integer bytes, sum exact).
+    let s = snap(
+        12 * GIB,
+        vec![
+            c(1, 0, GIB).weight(1),
+            c(2, 0, 100 * GIB).weight(1),
+            c(3, 0, 100 * GIB).weight(2),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), GIB);
+    let (b, cc) = (target(&plan, 2), target(&plan, 3));
+    assert_eq!(b + cc, 11 * GIB);
+    assert_eq!(b, 11 * GIB / 3 + 1); // the 1 spare byte of rounding
+    assert_eq!(cc, 22 * GIB / 3);
+}
+
+#[test]
+fn local_high_caps_the_share() {
+    let s = snap(
+        10 * GIB,
+        vec![c(1, 0, 10 * GIB).high(Share::Bytes(GIB)), c(2, 0, 10 * GIB)],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(plan.get(1).unwrap().local_high_bytes, GIB);
+    assert_eq!(target(&plan, 1), GIB);
+    assert_eq!(target(&plan, 2), 9 * GIB);
+}
+
+#[test]
+fn work_conserving_gives_unused_capacity_to_others() {
+    // A's hot set is 1 GiB: B gets the other 9 GiB, not its "half".
+    let s = snap(10 * GIB, vec![c(1, 0, 8 * GIB).hot(GIB), c(2, 0, 20 * GIB)]);
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), GIB);
+    assert_eq!(target(&plan, 2), 9 * GIB);
+
+    // When everyone is satisfied each gets its whole demand, and the rest of
+    // the pool stays unallocated.
+    let s = snap(10 * GIB, vec![c(1, 0, GIB), c(2, 0, 2 * GIB)]);
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), GIB);
+    assert_eq!(target(&plan, 2), 2 * GIB);
+}
+
+#[test]
+fn water_fill_rounding_sums_to_budget_exactly() {
+    let items: Vec<FillItem> = (1..=3)
+        .map(|_| FillItem {
+            room_bytes: 100,
+            weight: 1,
+        })
+        .collect();
+    assert_eq!(water_fill(10, &items), vec![4, 3, 3]);
+    assert_eq!(water_fill(1_000, &items), vec![100, 100, 100]);
+    assert_eq!(water_fill(0, &items), vec![0, 0, 0]);
+    assert_eq!(water_fill(7, &[]), Vec::<u64>::new());
+}
+
+#[test]
+fn zero_weight_counts_as_one() {
+    let s = snap(
+        2 * GIB,
+        vec![c(1, 0, 10 * GIB).weight(0), c(2, 0, 10 * GIB).weight(1)],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), GIB);
+    assert_eq!(target(&plan, 2), GIB);
+}
+
+#[test]
+fn fraction_shares_resolve_against_usage() {
+    // Usage 4 GiB: low 50% → 2 GiB, high 75% → 3 GiB.
+    let s = snap(
+        100 * GIB,
+        vec![c(1, GIB, 3 * GIB)
+            .low(Share::Fraction(0.5))
+            .high(Share::Fraction(0.75))],
+    );
+    let plan = run(&s, &params());
+    let p = plan.get(1).unwrap();
+    assert_eq!(p.local_low_bytes, 2 * GIB);
+    assert_eq!(p.local_high_bytes, 3 * GIB);
+    assert_eq!(p.guarantee_bytes, 2 * GIB);
+    assert_eq!(p.target_bytes, 3 * GIB);
+
+    // local_low above local_high is clamped down to it.
+    let s = snap(
+        100 * GIB,
+        vec![c(1, GIB, 3 * GIB)
+            .low(Share::Fraction(0.9))
+            .high(Share::Fraction(0.5))],
+    );
+    let p = run(&s, &params()).get(1).unwrap().clone();
+    assert_eq!(p.local_low_bytes, 2 * GIB);
+    assert_eq!(p.local_high_bytes, 2 * GIB);
+    assert_eq!(p.target_bytes, 2 * GIB);
+}
+
+#[test]
+fn hot_bytes_above_usage_are_capped_at_usage() {
+    let s = snap(100 * GIB, vec![c(1, GIB, GIB).hot(5 * GIB)]);
+    let plan = run(&s, &params());
+    assert_eq!(plan.get(1).unwrap().demand_bytes, 2 * GIB);
+    assert_eq!(target(&plan, 1), 2 * GIB);
+}
+
+// ---- Hysteresis -----------------------------------------------------------------
+
+/// One container whose target is exactly 1 GiB (the whole pool), with
+/// `fast_bytes` on DRAM and 4 GiB on CXL, and a 100 MiB band.
+fn one_gib_target(fast_bytes: u64) -> (Snapshot, PolicyParams) {
+    let s = snap(GIB, vec![c(1, fast_bytes, 4 * GIB)]);
+    let p = PolicyParams {
+        band_min_bytes: 100 * MIB,
+        ..params()
+    };
+    (s, p)
+}
+
+#[test]
+fn no_move_inside_the_band() {
+    for fast in [
+        GIB - 100 * MIB,
+        GIB - 50 * MIB,
+        GIB,
+        GIB + 50 * MIB,
+        GIB + 100 * MIB,
+    ] {
+        let (s, p) = one_gib_target(fast);
+        let plan = run(&s, &p);
+        let c = plan.get(1).unwrap();
+        assert_eq!(c.target_bytes, GIB);
+        assert_eq!(c.state, PlacementState::AtTarget, "fast = {fast}");
+        assert_eq!((c.demote_bytes, c.promote_bytes), (0, 0));
+        assert_eq!(c.memory_low_bytes, fast + 4 * GIB);
+    }
+}
+
+#[test]
+fn band_is_the_larger_of_minimum_and_fraction() {
+    // 20% of 1 GiB > 100 MiB: 150 MiB over target is still inside the band.
+    let (s, p) = one_gib_target(GIB + 150 * MIB);
+    let p = PolicyParams {
+        band_fraction: 0.2,
+        ..p
+    };
+    assert_eq!(run(&s, &p).get(1).unwrap().state, PlacementState::AtTarget);
+}
+
+#[test]
+fn demotion_goes_to_target_not_to_the_band_edge() {
+    let (s, p) = one_gib_target(GIB + 500 * MIB);
+    let plan = run(&s, &p);
+    let c = plan.get(1).unwrap();
+    assert_eq!(c.state, PlacementState::OverTarget);
+    assert_eq!(c.demote_bytes, 500 * MIB);
+    assert_eq!(c.promote_bytes, 0);
+    assert_eq!(c.memory_low_bytes, 0);
+}
+
+#[test]
+fn promotion_below_band_is_capped_by_slow_bytes() {
+    // Pool 10 GiB, demand = usage = 200 MiB fast + 300 MiB slow: target
+    // 500 MiB, shortfall 300 MiB = everything on the slow tier.
+    let s = snap(10 * GIB, vec![c(1, 200 * MIB, 300 * MIB)]);
+    let p = PolicyParams {
+        band_min_bytes: 100 * MIB,
+        ..params()
+    };
+    let plan = run(&s, &p);
+    let c = plan.get(1).unwrap();
+    assert_eq!(c.target_bytes, 500 * MIB);
+    assert_eq!(c.state, PlacementState::UnderTarget);
+    assert_eq!(c.promote_bytes, 300 * MIB);
+    assert_eq!(c.memory_low_bytes, 500 * MIB);
+
+    // Under target by more than the band, but with a smaller hot set the
+    // budget is the shortfall only.
+    let (s, p) = one_gib_target(GIB - 300 * MIB);
+    let c = run(&s, &p).get(1).unwrap().clone();
+    assert_eq!(c.state, PlacementState::UnderTarget);
+    assert_eq!(c.promote_bytes, 300 * MIB);
+}
+
+#[test]
+fn nothing_to_promote_without_slow_bytes() {
+    let s = snap(10 * GIB, vec![c(1, GIB, 0)]);
+    let p = PolicyParams {
+        band_min_bytes: 0,
+        ..params()
+    };
+    let c = run(&s, &p).get(1).unwrap().clone();
+    assert_eq!(c.state, PlacementState::AtTarget);
+    assert_eq!(c.promote_bytes, 0);
+}
+
+// ---- Rate limits --------------------------------------------------------------
+
+fn limited(container_rate: u64, global_rate: u64) -> PolicyParams {
+    PolicyParams {
+        container_demote_bytes_per_s: container_rate,
+        global_demote_bytes_per_s: global_rate,
+        container_promote_bytes_per_s: container_rate,
+        global_promote_bytes_per_s: global_rate,
+        burst_s: 2.0,
+        ..params()
+    }
+}
+
+#[test]
+fn token_bucket_first_cycle_burst_then_refill_then_cap() {
+    // Wants to demote 9 GiB; 100 MiB/s, 2 s burst.
+    let p = limited(100 * MIB, 1 << 50);
+    let mut s = snap(GIB, vec![c(1, 10 * GIB, 0)]);
+    let mut st = PolicyState::default();
+
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(
+        plan.get(1).unwrap().demote_bytes,
+        200 * MIB,
+        "first cycle: one burst"
+    );
+    assert_eq!(st.demote_tokens[&1], 0.0);
+
+    s.elapsed_ms = 500;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(
+        plan.get(1).unwrap().demote_bytes,
+        50 * MIB,
+        "refill 100 MiB/s × 0.5 s"
+    );
+
+    s.elapsed_ms = 60_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(
+        plan.get(1).unwrap().demote_bytes,
+        200 * MIB,
+        "capped at one burst"
+    );
+
+    // A container new to the state starts with a full bucket mid-run.
+    s.elapsed_ms = 100;
+    s.containers.push(c(2, 10 * GIB, 0));
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 10 * MIB);
+    assert_eq!(plan.get(2).unwrap().demote_bytes, 200 * MIB);
+}
+
+#[test]
+fn unspent_tokens_carry_over() {
+    let p = limited(100 * MIB, 1 << 50);
+    let mut s = snap(GIB, vec![c(1, GIB + 50 * MIB, 0).hot(GIB)]);
+    let mut st = PolicyState::default();
+    // Target = demand = 1 GiB; 50 MiB over; 150 MiB of tokens left.
+    assert_eq!(
+        solve(&s, &p, &mut st).get(1).unwrap().demote_bytes,
+        50 * MIB
+    );
+    assert_eq!(st.demote_tokens[&1], (150 * MIB) as f64);
+    s.containers[0].fast_bytes = 2 * GIB;
+    s.elapsed_ms = 100;
+    assert_eq!(
+        solve(&s, &p, &mut st).get(1).unwrap().demote_bytes,
+        160 * MIB
+    );
+}
+
+#[test]
+fn global_demote_bucket_is_spent_largest_excess_first() {
+    // Global 100 MiB (50 MiB/s × 2 s). Excess: A 80, B 60, C 60 MiB (B before
+    // C on the id tie). Ids are given out of order on purpose.
+    let p = limited(1 << 40, 50 * MIB);
+    let s = snap(
+        3 * GIB,
+        vec![
+            c(3, GIB + 60 * MIB, 0).hot(GIB).high(Share::Bytes(GIB)),
+            c(1, GIB + 80 * MIB, 0).hot(GIB).high(Share::Bytes(GIB)),
+            c(2, GIB + 60 * MIB, 0).hot(GIB).high(Share::Bytes(GIB)),
+        ],
+    );
+    let mut st = PolicyState::default();
+    let plan = solve(&s, &p, &mut st);
+    for id in 1..=3 {
+        assert_eq!(plan.get(id).unwrap().state, PlacementState::OverTarget);
+    }
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 80 * MIB);
+    assert_eq!(plan.get(2).unwrap().demote_bytes, 20 * MIB);
+    assert_eq!(plan.get(3).unwrap().demote_bytes, 0);
+    assert_eq!(st.global_demote_tokens, 0.0);
+}
+
+#[test]
+fn global_promote_bucket_is_spent_largest_shortfall_first() {
+    // Pool 10 GiB, each wants all of its usage: shortfalls 300 and 500 MiB;
+    // global promote budget 400 MiB.
+    let p = limited(1 << 40, 200 * MIB);
+    let s = snap(10 * GIB, vec![c(1, 0, 300 * MIB), c(2, 0, 500 * MIB)]);
+    let plan = run(&s, &p);
+    assert_eq!(plan.get(2).unwrap().promote_bytes, 400 * MIB);
+    assert_eq!(plan.get(1).unwrap().promote_bytes, 0);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::UnderTarget);
+}
+
+#[test]
+fn per_container_promote_bucket_limits_promotion() {
+    let p = limited(10 * MIB, 1 << 40);
+    let s = snap(10 * GIB, vec![c(1, 0, GIB)]);
+    assert_eq!(run(&s, &p).get(1).unwrap().promote_bytes, 20 * MIB);
+}
+
+#[test]
+fn state_drops_containers_absent_from_the_snapshot() {
+    let p = limited(MIB, MIB);
+    let mut st = PolicyState::default();
+    solve(
+        &snap(GIB, vec![c(1, 0, 0), c(2, 0, 0), c(3, 0, 0)]),
+        &p,
+        &mut st,
+    );
+    assert_eq!(
+        st.demote_tokens.keys().copied().collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    let mut s = snap(GIB, vec![c(2, 0, 0)]);
+    s.elapsed_ms = 1_000;
+    solve(&s, &p, &mut st);
+    assert_eq!(st.demote_tokens.keys().copied().collect::<Vec<_>>(), [2]);
+    assert_eq!(st.promote_tokens.keys().copied().collect::<Vec<_>>(), [2]);
+}
+
+// ---- Protection and plan lookup ----------------------------------------------
+
+#[test]
+fn memory_low_protects_at_and_under_target_only() {
+    let p = PolicyParams {
+        band_min_bytes: 10 * MIB,
+        ..params()
+    };
+    // Pool 3 GiB, three equal shares of 1 GiB (local_high pins the targets).
+    let hi = Share::Bytes(GIB);
+    let s = snap(
+        3 * GIB + 300 * MIB,
+        vec![
+            c(1, 2 * GIB, GIB).high(hi),         // over
+            c(2, GIB, GIB).high(hi),             // at
+            c(3, 100 * MIB, 2 * GIB).high(hi),   // under
+            c(4, 300 * MIB, 100 * MIB).pinned(), // pinned
+        ],
+    );
+    let plan = run(&s, &p);
+    let st = |id| plan.get(id).unwrap().state;
+    let low = |id| plan.get(id).unwrap().memory_low_bytes;
+    assert_eq!(plan.pool_bytes, 3 * GIB);
+    assert_eq!(st(2), PlacementState::AtTarget);
+    assert_eq!(st(1), PlacementState::OverTarget);
+    assert_eq!(low(1), 0);
+    assert_eq!(st(4), PlacementState::Pinned);
+    assert_eq!(low(4), 400 * MIB);
+    assert_eq!(low(2), 2 * GIB);
+    assert_eq!(st(3), PlacementState::UnderTarget);
+    assert_eq!(low(3), 2 * GIB + 100 * MIB);
+}
+
+#[test]
+fn plan_is_sorted_by_id_and_get_finds_every_container() {
+    let s = snap(GIB, vec![c(9, 0, 1), c(3, 0, 1), c(5, 0, 1)]);
+    let plan = run(&s, &params());
+    let ids: Vec<_> = plan.containers.iter().map(|p| p.id).collect();
+    assert_eq!(ids, [3, 5, 9]);
+    assert!(plan.get(4).is_none());
+
+    // A hand-built plan in another order is still answered.
+    let mut shuffled = plan.clone();
+    shuffled.containers.reverse();
+    for id in [3, 5, 9] {
+        assert_eq!(shuffled.get(id).unwrap().id, id);
+    }
+}
+
+#[test]
+fn empty_snapshot() {
+    let mut st = PolicyState::default();
+    let plan = solve(&snap(GIB, vec![]), &params(), &mut st);
+    assert_eq!(plan.pool_bytes, GIB);
+    assert!(plan.containers.is_empty());
+    assert!(st.demote_tokens.is_empty());
+}
+
+// ---- Water-filling by selection equals the sorted textbook form ----------------
+
+/// Reference water-filling by a full sort on `room / weight`, the textbook
+/// O(n log n) form; [`water_fill`] must agree with it exactly.
+///
+/// Returns, per item, `min(room, weight × λ)` for the level λ at which the
+/// sum equals the budget (or every item is full, if the rooms add up to less).
+/// Items are visited in increasing `room / weight` (ties by position): while
+/// the smallest one fits under the current level `budget_left / weight_left`
+/// it is filled and drops out; the first that does not fit fixes the level
+/// for all the rest. O(n log n) for the sort (skipped when everyone fits),
+/// exact in integers: the floors of the final shares leave fewer bytes than
+/// there are unsaturated items, and those are handed out one each in the same
+/// order (each still has room for them), so the result sums to
+/// `min(budget, Σ room)` exactly.
+fn water_fill_sorted(budget_bytes: u64, items: &[FillItem]) -> Vec<u64> {
+    let rooms: u128 = items.iter().map(|it| u128::from(it.room_bytes)).sum();
+    if rooms <= u128::from(budget_bytes) {
+        return items.iter().map(|it| it.room_bytes).collect();
+    }
+    let mut out = vec![0u64; items.len()];
+    let mut order: Vec<(u64, u64, usize)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.room_bytes > 0)
+        .map(|(i, it)| (it.room_bytes, it.weight, i))
+        .collect();
+    order.sort_unstable_by(|&(ra, wa, ia), &(rb, wb, ib)| {
+        (u128::from(ra) * u128::from(wb))
+            .cmp(&(u128::from(rb) * u128::from(wa)))
+            .then(ia.cmp(&ib))
+    });
+
+    let mut left = u128::from(budget_bytes);
+    let mut weight_left: u128 = order.iter().map(|&(_, w, _)| u128::from(w)).sum();
+    let mut k = 0;
+    while k < order.len() && left > 0 {
+        let (room, w, i) = order[k];
+        // room / w ≤ left / weight_left: it saturates below the level.
+        if u128::from(room) * weight_left <= left * u128::from(w) {
+            out[i] = room;
+            left -= u128::from(room);
+            weight_left -= u128::from(w);
+            k += 1;
+        } else {
+            break;
+        }
+    }
+    if k < order.len() && left > 0 {
+        let rest = &order[k..];
+        let mut given = 0u128;
+        for &(_, w, i) in rest {
+            let share = u128::from(w) * left / weight_left;
+            out[i] = share as u64;
+            given += share;
+        }
+        // Fewer than rest.len() bytes; each item has room_bytes > share.
+        let spare = (left - given) as usize;
+        let mut by_position: Vec<usize> = rest.iter().map(|&(_, _, i)| i).collect();
+        by_position.sort_unstable();
+        for &i in by_position.iter().take(spare) {
+            out[i] += 1;
+        }
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn water_fill_by_selection_matches_sorted_reference(
+        budget in prop_oneof![0..1_000u64, 0..=u64::MAX >> 8],
+        items in proptest::collection::vec(
+            (prop_oneof![0..100u64, 0..=u64::MAX >> 12], 1..=1000u64)
+                .prop_map(|(room_bytes, weight)| FillItem { room_bytes, weight }),
+            0..40,
+        ),
+    ) {
+        let got = water_fill(budget, &items);
+        prop_assert_eq!(&got, &water_fill_sorted(budget, &items));
+        let rooms: u128 = items.iter().map(|it| u128::from(it.room_bytes)).sum();
+        let sum: u128 = got.iter().map(|&b| u128::from(b)).sum();
+        prop_assert_eq!(sum, rooms.min(u128::from(budget)));
+        for (g, it) in got.iter().zip(&items) {
+            prop_assert!(*g <= it.room_bytes);
+        }
+    }
+}

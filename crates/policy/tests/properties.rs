@@ -1,0 +1,254 @@
+//! Property tests of the solver's invariants (DESIGN.md "Policy semantics"):
+//! the pool is never overcommitted, targets respect demand, `local_high` and
+//! (when satisfiable) `local_low`, the division is work-conserving and
+//! monotonic in weight, and the solve is deterministic and independent of the
+//! order in which containers are listed.
+
+use policy::*;
+use proptest::prelude::*;
+
+const GIB: u64 = 1 << 30;
+
+fn share() -> impl Strategy<Value = Share> {
+    prop_oneof![
+        (0..=16 * GIB).prop_map(Share::Bytes),
+        (0.0..=1.0f64).prop_map(Share::Fraction),
+    ]
+}
+
+fn container() -> impl Strategy<Value = ContainerSnapshot> {
+    (
+        0..=8 * GIB,
+        0..=8 * GIB,
+        proptest::option::of(0..=16 * GIB),
+        share(),
+        prop_oneof![Just(Share::Fraction(1.0)), share()],
+        1..=1000u32,
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(fast, slow, hot, low, high, weight, opt_out)| ContainerSnapshot {
+                id: 0,
+                name: String::new(),
+                fast_bytes: fast,
+                slow_bytes: slow,
+                hot_bytes: hot,
+                policy: ContainerPolicy {
+                    local_low: low,
+                    local_high: high,
+                    weight,
+                    opt_out,
+                },
+            },
+        )
+}
+
+fn snapshot() -> impl Strategy<Value = Snapshot> {
+    (
+        0..=64 * GIB,
+        0..=4 * GIB,
+        0..=10_000u64,
+        proptest::collection::vec(container(), 0..12),
+    )
+        .prop_map(|(cap, unmanaged, elapsed_ms, mut cs)| {
+            for (i, c) in cs.iter_mut().enumerate() {
+                c.id = 1000 + 17 * i as u64;
+            }
+            Snapshot {
+                fast_capacity_bytes: cap,
+                fast_unmanaged_bytes: unmanaged,
+                elapsed_ms,
+                containers: cs,
+            }
+        })
+}
+
+fn params() -> impl Strategy<Value = PolicyParams> {
+    (
+        0..=GIB,
+        0.0..=0.2f64,
+        0..=256u64 << 20,
+        0..=GIB,
+        0..=4 * GIB,
+        0.0..=5.0f64,
+    )
+        .prop_map(
+            |(headroom, frac, band_min, rate, grate, burst)| PolicyParams {
+                headroom_bytes: headroom,
+                band_fraction: frac,
+                band_min_bytes: band_min,
+                container_demote_bytes_per_s: rate,
+                global_demote_bytes_per_s: grate,
+                container_promote_bytes_per_s: rate / 2,
+                global_promote_bytes_per_s: grate / 2,
+                burst_s: burst,
+            },
+        )
+}
+
+fn shared<'a>(s: &'a Snapshot, plan: &'a Plan) -> impl Iterator<Item = &'a ContainerPlan> {
+    s.containers
+        .iter()
+        .filter(|c| !c.policy.opt_out)
+        .map(|c| plan.get(c.id).unwrap())
+}
+
+fn cap(p: &ContainerPlan) -> u64 {
+    p.demand_bytes.min(p.local_high_bytes)
+}
+
+fn fresh(s: &Snapshot, p: &PolicyParams) -> Plan {
+    solve(s, p, &mut PolicyState::default())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn targets_never_exceed_the_pool(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        let sum: u128 = shared(&s, &plan).map(|c| u128::from(c.target_bytes)).sum();
+        prop_assert!(sum <= u128::from(plan.pool_bytes));
+    }
+
+    #[test]
+    fn targets_respect_demand_and_local_high(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        for c in shared(&s, &plan) {
+            prop_assert!(c.target_bytes <= cap(c), "{c:?}");
+            prop_assert!(c.guarantee_bytes <= c.target_bytes);
+        }
+    }
+
+    #[test]
+    fn satisfiable_guarantees_are_met(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        let sum: u128 = shared(&s, &plan)
+            .map(|c| u128::from(c.demand_bytes.min(c.local_low_bytes)))
+            .sum();
+        prop_assert_eq!(plan.guarantees_scaled, sum > u128::from(plan.pool_bytes));
+        if !plan.guarantees_scaled {
+            for c in shared(&s, &plan) {
+                prop_assert!(c.target_bytes >= c.demand_bytes.min(c.local_low_bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn work_conserving(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        let caps: u128 = shared(&s, &plan).map(|c| u128::from(cap(c))).sum();
+        let sum: u128 = shared(&s, &plan).map(|c| u128::from(c.target_bytes)).sum();
+        if caps >= u128::from(plan.pool_bytes) {
+            // Exact: the integer water-filling hands out its rounding bytes.
+            prop_assert_eq!(sum, u128::from(plan.pool_bytes));
+        } else {
+            for c in shared(&s, &plan) {
+                prop_assert_eq!(c.target_bytes, cap(c));
+            }
+        }
+    }
+
+    #[test]
+    fn raising_a_weight_never_lowers_that_target(
+        s in snapshot(), p in params(), pick in any::<prop::sample::Index>(), more in 1..=1000u32,
+    ) {
+        prop_assume!(!s.containers.is_empty());
+        let i = pick.index(s.containers.len());
+        let before = fresh(&s, &p);
+        let mut heavier = s.clone();
+        heavier.containers[i].policy.weight += more;
+        let after = fresh(&heavier, &p);
+        let id = s.containers[i].id;
+        // One byte of slack: the spare rounding byte may move elsewhere.
+        prop_assert!(
+            after.get(id).unwrap().target_bytes + 1 >= before.get(id).unwrap().target_bytes
+        );
+    }
+
+    #[test]
+    fn budgets_are_bounded_by_what_can_move(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        let burst = p.burst_s;
+        let mut demoted = 0u64;
+        let mut promoted = 0u64;
+        for c in &s.containers {
+            let pc = plan.get(c.id).unwrap();
+            prop_assert!(pc.demote_bytes <= c.fast_bytes.saturating_sub(pc.target_bytes));
+            prop_assert!(pc.promote_bytes <= c.slow_bytes);
+            prop_assert!(pc.promote_bytes <= pc.target_bytes.saturating_sub(c.fast_bytes));
+            if pc.demote_bytes > 0 {
+                prop_assert_eq!(pc.state, PlacementState::OverTarget);
+            }
+            if pc.promote_bytes > 0 {
+                prop_assert_eq!(pc.state, PlacementState::UnderTarget);
+            }
+            prop_assert!(pc.demote_bytes as f64 <= p.container_demote_bytes_per_s as f64 * burst);
+            demoted += pc.demote_bytes;
+            promoted += pc.promote_bytes;
+        }
+        prop_assert!(demoted as f64 <= p.global_demote_bytes_per_s as f64 * burst);
+        prop_assert!(promoted as f64 <= p.global_promote_bytes_per_s as f64 * burst);
+    }
+
+    #[test]
+    fn deterministic_and_order_independent(
+        s in snapshot(), p in params(), seed in any::<u64>(),
+    ) {
+        // Two cycles from the same state give the same plans and states.
+        let mut st1 = PolicyState::default();
+        let mut st2 = PolicyState::default();
+        let a1 = solve(&s, &p, &mut st1);
+        let b1 = solve(&s, &p, &mut st2);
+        prop_assert_eq!(&a1, &b1);
+        prop_assert_eq!(&st1, &st2);
+        let a2 = solve(&s, &p, &mut st1);
+        let b2 = solve(&s, &p, &mut st2);
+        prop_assert_eq!(&a2, &b2);
+        prop_assert_eq!(&st1, &st2);
+
+        // Listing the containers in another order changes nothing.
+        let mut shuffled = s.clone();
+        let n = shuffled.containers.len();
+        if n > 1 {
+            let mut x = seed | 1;
+            for k in (1..n).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                shuffled.containers.swap(k, (x % (k as u64 + 1)) as usize);
+            }
+        }
+        let mut st3 = PolicyState::default();
+        prop_assert_eq!(solve(&shuffled, &p, &mut st3), a1);
+    }
+
+    #[test]
+    fn tokens_spent_over_many_cycles_respect_the_rates(
+        s in snapshot(), p in params(), cycles in 1..8usize,
+    ) {
+        // Whatever the container does, demotion over k cycles stays within
+        // one burst plus rate × elapsed, per container and globally.
+        let mut st = PolicyState::default();
+        let mut s = s;
+        s.elapsed_ms = 0;
+        let mut elapsed_total_ms = 0u64;
+        let mut per: std::collections::BTreeMap<ContainerId, u64> = Default::default();
+        let mut global = 0u64;
+        for k in 0..cycles {
+            let plan = solve(&s, &p, &mut st);
+            for c in &plan.containers {
+                *per.entry(c.id).or_default() += c.demote_bytes;
+                global += c.demote_bytes;
+            }
+            s.elapsed_ms = 100 * (k as u64 + 1);
+            elapsed_total_ms += s.elapsed_ms;
+        }
+        elapsed_total_ms -= s.elapsed_ms; // the last refill was never used
+        let allow = |rate: u64| rate as f64 * (p.burst_s + elapsed_total_ms as f64 / 1000.0) + 1.0;
+        for v in per.values() {
+            prop_assert!(*v as f64 <= allow(p.container_demote_bytes_per_s));
+        }
+        prop_assert!(global as f64 <= allow(p.global_demote_bytes_per_s));
+    }
+}
