@@ -58,7 +58,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!("{s:?} is not a byte amount (write e.g. 512MiB or 40GiB)"));
+        return Err(format!(
+            "{s:?} is not a byte amount (write e.g. 512MiB or 40GiB)"
+        ));
     }
     let value: f64 = num
         .parse()
@@ -151,8 +153,11 @@ impl ShareSpec {
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s)
-        .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e}); write e.g. \"2s\" or \"500ms\"")))
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "{s:?} is not a duration ({e}); write e.g. \"2s\" or \"500ms\""
+        ))
+    })
 }
 
 /// Who promotes lower-tier pages to the fast tier.
@@ -396,7 +401,10 @@ impl Config {
             ("limits.global_demote_rate", l.global_demote_rate),
         ] {
             if v.0 == 0 {
-                return Err(bad(key, "a rate of 0 would never demote; set at least 1MiB".into()));
+                return Err(bad(
+                    key,
+                    "a rate of 0 would never demote; set at least 1MiB".into(),
+                ));
             }
         }
         let mut matchers = Vec::new();
@@ -408,8 +416,11 @@ impl Config {
                 .literal_separator(true)
                 .build()
                 .map_err(|e| {
-                bad(&key("match"), format!("{:?} is not a valid glob: {e}", p.pattern))
-            })?;
+                    bad(
+                        &key("match"),
+                        format!("{:?} is not a valid glob: {e}", p.pattern),
+                    )
+                })?;
             matchers.push(glob.compile_matcher());
             if p.weight == 0 || p.weight > 10_000 {
                 return Err(bad(
@@ -560,18 +571,27 @@ mod tests {
             ("[daemon]\nintervall = \"2s\"\n", "intervall"),
             ("[daemon]\ninterval = \"fast\"\n", "interval"),
             ("[daemon]\ninterval = \"10ms\"\n", "daemon.interval"),
-            ("[daemon]\nmetrics_listen = \"nowhere\"\n", "daemon.metrics_listen"),
+            (
+                "[daemon]\nmetrics_listen = \"nowhere\"\n",
+                "daemon.metrics_listen",
+            ),
             ("[daemon]\npromotion = \"magic\"\n", "promotion"),
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
             ("[limits]\ndemote_rate = 0\n", "limits.demote_rate"),
             ("[[policy]]\nmatch = \"a/[\"\n", "policy[0].match"),
-            ("[[policy]]\nmatch = \"a/*\"\nweight = 0\n", "policy[0].weight"),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nweight = 0\n",
+                "policy[0].weight",
+            ),
             (
                 "[[policy]]\nmatch = \"a/*\"\nlocal_low = \"2GiB\"\nlocal_high = \"1GiB\"\n",
                 "policy[0].local_low",
             ),
-            ("[[policy]]\nmatch = \"a/*\"\nlocal_low = \"lots\"\n", "local_low"),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nlocal_low = \"lots\"\n",
+                "local_low",
+            ),
             ("[[policy]]\nlocal_low = \"1GiB\"\n", "match"),
         ];
         for (text, key) in cases {

@@ -162,7 +162,10 @@ impl Controller {
     /// themselves managed (a matched subtree is managed as one container).
     fn discover(&self) -> Result<Vec<Managed>> {
         let mut all = self.cg.discover().with_context(|| {
-            format!("cannot list cgroups under {}", self.cfg.daemon.cgroup_root.display())
+            format!(
+                "cannot list cgroups under {}",
+                self.cfg.daemon.cgroup_root.display()
+            )
         })?;
         all.sort_by(|a, b| a.path.cmp(&b.path));
         let mut out: Vec<Managed> = Vec::new();
@@ -170,10 +173,9 @@ impl Controller {
             if c.path.is_empty() {
                 continue;
             }
-            if out
-                .iter()
-                .any(|m| c.path.starts_with(&m.path) && c.path.as_bytes().get(m.path.len()) == Some(&b'/'))
-            {
+            if out.iter().any(|m| {
+                c.path.starts_with(&m.path) && c.path.as_bytes().get(m.path.len()) == Some(&b'/')
+            }) {
                 continue;
             }
             if let Some(i) = self.cfg.match_policy(&c.path) {
@@ -257,8 +259,10 @@ impl Controller {
         };
         let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
         if plan.guarantees_scaled {
-            tracing::warn!(pool_bytes = plan.pool_bytes,
-                "local_low guarantees exceed the fast tier; scaled down in proportion");
+            tracing::warn!(
+                pool_bytes = plan.pool_bytes,
+                "local_low guarantees exceed the fast tier; scaled down in proportion"
+            );
         }
 
         if !self.observe_only {
@@ -297,9 +301,8 @@ impl Controller {
                 .inc_by(now.demote_kswapd.saturating_sub(prev.demote_kswapd) * PAGE_BYTES);
             d.get_or_create(&label("direct"))
                 .inc_by(now.demote_direct.saturating_sub(prev.demote_direct) * PAGE_BYTES);
-            d.get_or_create(&label("khugepaged")).inc_by(
-                now.demote_khugepaged.saturating_sub(prev.demote_khugepaged) * PAGE_BYTES,
-            );
+            d.get_or_create(&label("khugepaged"))
+                .inc_by(now.demote_khugepaged.saturating_sub(prev.demote_khugepaged) * PAGE_BYTES);
             self.metrics
                 .container_promoted_bytes
                 .get_or_create(&ContainerLabels {
@@ -348,7 +351,9 @@ impl Controller {
             let id = self.cg.cgroup_id(&path).unwrap_or(0);
             let keep = match self.cg.memory_low(&path) {
                 Ok(Limit::Max) => continue,
-                Ok(Limit::Bytes(b)) if !self.low_written.contains_key(&path) && b >= sum => continue,
+                Ok(Limit::Bytes(b)) if !self.low_written.contains_key(&path) && b >= sum => {
+                    continue
+                }
                 Ok(_) => sum,
                 Err(_) => continue,
             };
@@ -369,7 +374,10 @@ impl Controller {
                         .get_or_create(&labels)
                         .inc_by(p.demote_bytes);
                     if outcome == ReclaimOutcome::Short {
-                        self.metrics.container_reclaim_short.get_or_create(&labels).inc();
+                        self.metrics
+                            .container_reclaim_short
+                            .get_or_create(&labels)
+                            .inc();
                     }
                     tracing::debug!(container = %m.path, bytes = p.demote_bytes, ?outcome, "memory.reclaim");
                 }
@@ -545,11 +553,13 @@ impl Controller {
                 }
             }
             let usage = s.usage_bytes();
-            mt.container_local_ratio.get_or_create(&c).set(if usage == 0 {
-                0.0
-            } else {
-                s.fast_bytes as f64 / usage as f64
-            });
+            mt.container_local_ratio
+                .get_or_create(&c)
+                .set(if usage == 0 {
+                    0.0
+                } else {
+                    s.fast_bytes as f64 / usage as f64
+                });
             let Some(p) = plan.get(m.id) else { continue };
             mt.container_target_bytes
                 .get_or_create(&c)
@@ -568,7 +578,11 @@ impl Controller {
                 .set(gauge_bytes(p.local_high_bytes));
             mt.container_memory_low_bytes
                 .get_or_create(&c)
-                .set(gauge_bytes(if self.observe_only { 0 } else { p.memory_low_bytes }));
+                .set(gauge_bytes(if self.observe_only {
+                    0
+                } else {
+                    p.memory_low_bytes
+                }));
             mt.container_state
                 .get_or_create(&ContainerStateLabels {
                     container: m.path.clone(),

@@ -123,7 +123,10 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
         controller = c;
         if let Err(e) = res {
             metrics.loop_errors.inc();
-            tracing::warn!(error = format!("{e:#}"), "control-loop cycle failed; retrying next interval");
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "control-loop cycle failed; retrying next interval"
+            );
         }
         if watchdog {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);

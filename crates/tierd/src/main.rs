@@ -7,7 +7,10 @@ use clap::{Parser, Subcommand};
 use tierd::config::{Config, DEFAULT_CONFIG_PATH};
 
 #[derive(Parser)]
-#[command(version, about = "Memory-tiering daemon: fair shares of the fast tier per container")]
+#[command(
+    version,
+    about = "Memory-tiering daemon: fair shares of the fast tier per container"
+)]
 struct Cli {
     /// Config file.
     #[arg(long, short, global = true, default_value = DEFAULT_CONFIG_PATH)]

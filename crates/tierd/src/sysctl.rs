@@ -31,14 +31,23 @@ impl KernelKnobs {
     /// the feature; EACCES: not root).
     pub fn set(&mut self, path: &Path, value: &str) -> Result<()> {
         let original = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read (kernel without this feature?)", path.display()))?
+            .with_context(|| {
+                format!(
+                    "{}: cannot read (kernel without this feature?)",
+                    path.display()
+                )
+            })?
             .trim()
             .to_owned();
         if normalize(&original) == normalize(value) {
             return Ok(());
         }
-        std::fs::write(path, value)
-            .with_context(|| format!("{}: cannot write {value:?} (tierd must run as root)", path.display()))?;
+        std::fs::write(path, value).with_context(|| {
+            format!(
+                "{}: cannot write {value:?} (tierd must run as root)",
+                path.display()
+            )
+        })?;
         tracing::info!(path = %path.display(), from = %original, to = %value, "changed kernel setting");
         if !self.saved.iter().any(|s| s.path == path) {
             self.saved.push(Saved {
@@ -54,8 +63,12 @@ impl KernelKnobs {
     pub fn restore(&mut self) {
         while let Some(s) = self.saved.pop() {
             match std::fs::write(&s.path, &s.original) {
-                Ok(()) => tracing::info!(path = %s.path.display(), value = %s.original, "restored kernel setting"),
-                Err(e) => tracing::error!(path = %s.path.display(), value = %s.original, error = %e, "cannot restore kernel setting"),
+                Ok(()) => {
+                    tracing::info!(path = %s.path.display(), value = %s.original, "restored kernel setting")
+                }
+                Err(e) => {
+                    tracing::error!(path = %s.path.display(), value = %s.original, error = %e, "cannot restore kernel setting")
+                }
             }
         }
     }
@@ -118,7 +131,9 @@ mod tests {
     #[test]
     fn missing_knob_names_path() {
         let mut k = KernelKnobs::default();
-        let err = k.set(Path::new("/nonexistent/demotion_enabled"), "1").unwrap_err();
+        let err = k
+            .set(Path::new("/nonexistent/demotion_enabled"), "1")
+            .unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent/demotion_enabled"));
     }
 }

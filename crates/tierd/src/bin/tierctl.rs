@@ -32,8 +32,9 @@ enum Cmd {
 
 /// A plain HTTP/1.0 GET: the endpoint is local and speaks HTTP/1.
 fn get(addr: &str, path: &str) -> Result<String> {
-    let mut s = TcpStream::connect(addr)
-        .with_context(|| format!("cannot connect to tierd at {addr} (is tierd.service running?)"))?;
+    let mut s = TcpStream::connect(addr).with_context(|| {
+        format!("cannot connect to tierd at {addr} (is tierd.service running?)")
+    })?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut buf = String::new();
@@ -79,7 +80,11 @@ fn main() -> Result<()> {
             );
             for c in &s.containers {
                 let usage = c.fast_bytes + c.lower_bytes;
-                let local = if usage == 0 { 0.0 } else { 100.0 * c.fast_bytes as f64 / usage as f64 };
+                let local = if usage == 0 {
+                    0.0
+                } else {
+                    100.0 * c.fast_bytes as f64 / usage as f64
+                };
                 println!(
                     "{:<40} {:>9} {:>9} {:>6.1}% {:>9} {:>9} {:>9} {:>9}  {}",
                     c.container,

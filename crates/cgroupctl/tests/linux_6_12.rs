@@ -1,0 +1,200 @@
+//! Readers on files captured byte for byte from the Linux 6.12 guest
+//! (`tests/fixtures/linux-6.12/`, mirroring absolute paths). Every cgroup in
+//! the captured tree is read with every reader whose file was captured.
+
+use std::path::{Path, PathBuf};
+
+use cgroupctl::{CgroupFs, Limit};
+
+fn fixture_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys/fs/cgroup")
+}
+
+/// Counts, per file name, how many captured files parsed.
+#[derive(Default, Debug)]
+struct Seen(std::collections::BTreeMap<&'static str, usize>);
+
+impl Seen {
+    fn add(&mut self, f: &'static str) {
+        *self.0.entry(f).or_default() += 1;
+    }
+}
+
+#[test]
+fn every_captured_cgroup_file_parses() {
+    let root = fixture_root();
+    assert!(root.is_dir(), "{} missing", root.display());
+    let fs = CgroupFs::new(&root);
+    let cgroups = fs.discover().unwrap();
+    assert!(cgroups.len() > 1, "only the root cgroup was captured");
+    let mut seen = Seen::default();
+    for c in &cgroups {
+        let has = |f: &str| fs.dir(&c.path).join(f).is_file();
+        let p = &c.path;
+        if has("memory.numa_stat") {
+            let s = fs.numa_stat(p).unwrap();
+            assert!(
+                s.stats.contains_key("anon") && s.stats.contains_key("file"),
+                "{p}: {s:?}"
+            );
+            assert!(!s.nodes().is_empty());
+            // The capture host is the two-node emulated CXL host; every key
+            // lists the same nodes.
+            for (k, per_node) in &s.stats {
+                assert_eq!(
+                    per_node.keys().copied().collect::<cgroupctl::NodeSet>(),
+                    s.nodes(),
+                    "{p}: {k}"
+                );
+            }
+            seen.add("memory.numa_stat");
+        }
+        if has("memory.stat") {
+            let s = fs.memory_stat(p).unwrap();
+            assert!(s.get("anon").is_some() && s.get("file").is_some(), "{p}");
+            for k in [
+                "pgdemote_kswapd",
+                "pgdemote_direct",
+                "pgdemote_khugepaged",
+                "pgpromote_success",
+            ] {
+                assert!(s.get(k).is_some(), "{p}: 6.12 memory.stat has {k}");
+            }
+            seen.add("memory.stat");
+        }
+        if has("memory.current") {
+            fs.memory_current(p).unwrap();
+            seen.add("memory.current");
+        }
+        for (f, read) in [
+            (
+                "memory.low",
+                CgroupFs::memory_low as fn(&CgroupFs, &str) -> cgroupctl::Result<Limit>,
+            ),
+            ("memory.min", CgroupFs::memory_min),
+            ("memory.high", CgroupFs::memory_high),
+            ("memory.max", CgroupFs::memory_max),
+        ] {
+            if has(f) {
+                read(&fs, p).unwrap();
+                seen.add(f);
+            }
+        }
+        if has("memory.pressure") {
+            let psi = fs.memory_pressure(p).unwrap();
+            assert!(psi.full.is_some(), "{p}: memory PSI has a full line");
+            seen.add("memory.pressure");
+        }
+        if has("cpuset.mems") {
+            fs.cpuset_mems(p).unwrap();
+            seen.add("cpuset.mems");
+        }
+        if has("cpuset.mems.effective") {
+            assert!(!fs.cpuset_mems_effective(p).unwrap().is_empty(), "{p}");
+            seen.add("cpuset.mems.effective");
+        }
+        if has("cgroup.procs") {
+            fs.procs(p).unwrap();
+            seen.add("cgroup.procs");
+        }
+        if has("cgroup.controllers") {
+            fs.controllers(p).unwrap();
+            seen.add("cgroup.controllers");
+        }
+        if has("cgroup.subtree_control") {
+            fs.subtree_control(p).unwrap();
+            seen.add("cgroup.subtree_control");
+        }
+    }
+    eprintln!("parsed from the linux-6.12 capture: {seen:?}");
+    for f in [
+        "memory.numa_stat",
+        "memory.stat",
+        "memory.current",
+        "memory.low",
+        "memory.pressure",
+    ] {
+        assert!(seen.0.contains_key(f), "no {f} in the capture: {seen:?}");
+    }
+}
+
+/// Exact values of `test.slice/app` at capture time (see the fixture README):
+/// 64 MiB anon + 64 MiB shmem, then 16 MiB demoted by `memory.reclaim`.
+#[test]
+fn app_values() {
+    let fs = CgroupFs::new(fixture_root());
+    let app = "test.slice/app";
+    let s = fs.numa_stat(app).unwrap();
+    assert_eq!(s.nodes(), cgroupctl::NodeSet::from_ids([0, 1]));
+    assert_eq!((s.anon_bytes(0), s.anon_bytes(1)), (67252224, 0));
+    // The tmpfs (shmem) pages are counted in `file`, and were what got demoted.
+    assert_eq!((s.file_bytes(0), s.file_bytes(1)), (50331648, 16777216));
+    assert_eq!(s.get("shmem", 1), Some(16777216));
+    assert_eq!(
+        s.resident_bytes(0) + s.resident_bytes(1),
+        67252224 + 67108864
+    );
+    // pgdemote_* in numa_stat are pages, attributed to the source node:
+    // 16 MiB = 4096 pages demoted from N0.
+    assert_eq!(s.get("pgdemote_direct", 0), Some(4096));
+    assert_eq!(s.get("pgdemote_direct", 1), Some(0));
+
+    let m = fs.memory_stat(app).unwrap();
+    assert_eq!((m.anon_bytes(), m.file_bytes()), (67252224, 67108864));
+    assert_eq!(
+        m.pgdemote_direct(),
+        4096,
+        "memory.reclaim demotes count as direct"
+    );
+    assert_eq!(
+        (
+            m.pgdemote_kswapd(),
+            m.pgdemote_khugepaged(),
+            m.pgpromote_success()
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (
+            m.numa_hint_faults(),
+            m.numa_pte_updates(),
+            m.numa_pages_migrated()
+        ),
+        (1, 512, 0)
+    );
+
+    assert_eq!(fs.memory_current(app).unwrap(), 135000064);
+    assert_eq!(fs.memory_low(app).unwrap(), Limit::Bytes(0));
+    assert_eq!(fs.memory_min(app).unwrap(), Limit::Bytes(0));
+    assert_eq!(fs.memory_high(app).unwrap(), Limit::Max);
+    assert_eq!(fs.memory_max(app).unwrap(), Limit::Max);
+    let psi = fs.memory_pressure(app).unwrap();
+    assert_eq!(psi.some.total_us, 0);
+    assert_eq!(psi.full.unwrap().avg300, 0.0);
+    assert!(
+        fs.cpuset_mems(app).unwrap().is_empty(),
+        "empty line: inherits the parent's"
+    );
+    assert_eq!(
+        fs.cpuset_mems_effective(app).unwrap(),
+        cgroupctl::NodeSet::from_ids([0, 1])
+    );
+    assert_eq!(fs.procs(app).unwrap(), vec![171, 197]);
+    assert_eq!(fs.controllers(app).unwrap(), ["cpuset", "memory"]);
+    assert!(
+        fs.subtree_control(app).unwrap().is_empty(),
+        "captured as a 0-byte file"
+    );
+    assert_eq!(
+        fs.controllers("").unwrap(),
+        ["cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc"]
+    );
+    assert_eq!(
+        fs.subtree_control("").unwrap(),
+        ["cpuset", "cpu", "io", "memory"]
+    );
+
+    let all = fs.discover().unwrap();
+    let paths: Vec<&str> = all.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["", "test.slice", "test.slice/app"]);
+}

@@ -1,0 +1,840 @@
+//! NUMA topology and memory tiers, from sysfs.
+//!
+//! Sources (all under a root directory, [`DEFAULT_SYSFS_ROOT`] on a host):
+//! - `devices/system/node/online`: the online nodes, in list syntax
+//!   (Documentation/ABI/stable/sysfs-devices-node); if absent, the `node<N>`
+//!   directories.
+//! - `devices/system/node/node<N>/cpulist`: the node's CPUs. A node with
+//!   memory and no CPUs is how CXL (and PMEM) memory appears: a candidate
+//!   lower tier.
+//! - `devices/system/node/node<N>/meminfo`: `Node 0 MemTotal:  1014196 kB`.
+//! - `devices/virtual/memory_tiering/memory_tier<T>/nodelist`
+//!   (Documentation/ABI/testing/sysfs-kernel-mm-memory-tiers, Linux ≥ 6.1):
+//!   the kernel's memory tiers. `T` is the tier's abstract distance divided
+//!   by the chunk size (`MEMTIER_CHUNK_BITS`); **a lower `T` is a faster
+//!   tier**. DRAM lands in tier 4 by default; CXL and HMAT-described slower
+//!   memory in higher tiers. The top tier is the lowest-numbered tier that has
+//!   memory.
+//! - `devices/system/node/node<N>/access0/initiators/{read,write}_{latency,bandwidth}`
+//!   (Documentation/admin-guide/mm/numaperf.rst): HMAT performance from the
+//!   nearest initiator, latency in nanoseconds, bandwidth in MB/s. Only on
+//!   hosts whose firmware provides an HMAT.
+//!
+//! Without `memory_tiering` (an older kernel, `CONFIG_NUMA` without tiers, or
+//! an empty directory) every node is treated as one tier,
+//! [`KERNEL_DRAM_TIER`], and [`Topology::kernel_tiers`] is false: such a host
+//! has no lower tier as far as the kernel's demotion is concerned.
+//!
+//! Needs: std, `thiserror`, `cgroupctl::NodeSet`.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use cgroupctl::NodeSet;
+
+/// Where sysfs is mounted.
+pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
+
+/// The tier id the kernel gives DRAM (`MEMTIER_ADISTANCE_DRAM >>
+/// MEMTIER_CHUNK_BITS` = 4), used for the single synthetic tier of a host
+/// without `memory_tiering`.
+pub const KERNEL_DRAM_TIER: u32 = 4;
+
+const NODE_DIR: &str = "devices/system/node";
+const TIER_DIR: &str = "devices/virtual/memory_tiering";
+
+/// Errors reading the topology; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: line {line}: {reason}", path.display())]
+    Parse {
+        path: PathBuf,
+        /// 1-based line of the file.
+        line: usize,
+        reason: String,
+    },
+    /// Neither `node/online` nor any `node<N>` directory: not a NUMA sysfs.
+    #[error("{}: no NUMA nodes found (no `online` file and no node<N> directories)", .0.display())]
+    NoNodes(PathBuf),
+}
+
+pub type Result<T, E = TopologyError> = std::result::Result<T, E>;
+
+/// HMAT access attributes of a node as seen from its nearest initiator
+/// (`access0`). Zero means the firmware gave no value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hmat {
+    pub read_latency_ns: u64,
+    pub write_latency_ns: u64,
+    /// MB/s, as the kernel reports it.
+    pub read_bandwidth_mb_s: u64,
+    pub write_bandwidth_mb_s: u64,
+}
+
+/// One online NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub id: u32,
+    /// Number of CPUs on the node; 0 for CXL/PMEM memory-only nodes.
+    pub cpus: usize,
+    /// `MemTotal` from the node's meminfo, bytes (0 for a memoryless node).
+    pub mem_total_bytes: u64,
+    /// `MemFree`, bytes; refreshed by [`Topology::refresh_free`].
+    pub mem_free_bytes: u64,
+    /// The memory tier holding the node; `None` if no tier lists it (a node
+    /// without memory).
+    pub tier: Option<u32>,
+    pub hmat: Option<Hmat>,
+}
+
+impl NodeInfo {
+    /// A node with memory and no CPUs: how CXL memory shows up.
+    pub fn is_cpuless_memory(&self) -> bool {
+        self.cpus == 0 && self.mem_total_bytes > 0
+    }
+}
+
+/// A memory tier: its kernel id (lower = faster) and its nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    pub id: u32,
+    pub nodes: NodeSet,
+}
+
+/// The host's nodes (ascending id) and memory tiers (ascending id, so
+/// fastest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub nodes: Vec<NodeInfo>,
+    pub tiers: Vec<Tier>,
+    /// True if the tiers come from `memory_tiering`; false if it was absent
+    /// and all nodes were put in one synthetic tier.
+    pub kernel_tiers: bool,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> TopologyError + '_ {
+    move |source| TopologyError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn parse_err(path: &Path, line: usize, reason: impl Into<String>) -> TopologyError {
+    TopologyError::Parse {
+        path: path.to_path_buf(),
+        line,
+        reason: reason.into(),
+    }
+}
+
+fn read(path: &Path) -> Result<String> {
+    let bytes = fs::read(path).map_err(io_err(path))?;
+    String::from_utf8(bytes).map_err(|_| parse_err(path, 1, "not UTF-8 text"))
+}
+
+/// A file holding one list (`online`, `cpulist`, `nodelist`).
+fn read_list(path: &Path) -> Result<NodeSet> {
+    let text = read(path)?;
+    if text.trim().lines().count() > 1 {
+        return Err(parse_err(path, 2, "expected one line"));
+    }
+    NodeSet::parse(&text).map_err(|e| parse_err(path, 1, e.to_string()))
+}
+
+/// A file holding one unsigned integer (HMAT attributes).
+fn read_u64(path: &Path) -> Result<u64> {
+    let text = read(path)?;
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(parse_err(path, 1, "file is empty"));
+    }
+    t.parse::<u64>().map_err(|_| {
+        parse_err(
+            path,
+            1,
+            format!("expected an unsigned integer, found {t:?}"),
+        )
+    })
+}
+
+/// `MemTotal` and `MemFree` of node `id`, in bytes, from its meminfo:
+/// lines `Node <id> <Key>: <value> kB` (drivers/base/node.c). Other lines
+/// (including `HugePages_*` ones without a unit) are skipped.
+fn parse_meminfo(path: &Path, id: u32, text: &str) -> Result<(u64, u64)> {
+    if text.trim().is_empty() {
+        return Err(parse_err(path, 1, "file is empty"));
+    }
+    let (mut total, mut free) = (None, None);
+    for (i, l) in text.lines().enumerate() {
+        let n = i + 1;
+        let toks: Vec<&str> = l.split_whitespace().collect();
+        let slot = match toks.get(2) {
+            Some(&"MemTotal:") => &mut total,
+            Some(&"MemFree:") => &mut free,
+            _ => continue,
+        };
+        let [node_kw, node, key, value, unit] = toks[..] else {
+            return Err(parse_err(
+                path,
+                n,
+                format!("expected `Node {id} {} <n> kB`, found {l:?}", toks[2]),
+            ));
+        };
+        if node_kw != "Node" || node != id.to_string() {
+            return Err(parse_err(
+                path,
+                n,
+                format!("line is for {node_kw} {node}, expected Node {id}"),
+            ));
+        }
+        if unit != "kB" {
+            return Err(parse_err(
+                path,
+                n,
+                format!("{key} unit is {unit:?}, expected kB"),
+            ));
+        }
+        let kb = value.parse::<u64>().map_err(|_| {
+            parse_err(
+                path,
+                n,
+                format!("{key} expected a number of kB, found {value:?}"),
+            )
+        })?;
+        let bytes = kb
+            .checked_mul(1024)
+            .ok_or_else(|| parse_err(path, n, format!("{key} {kb} kB overflows bytes")))?;
+        if slot.replace(bytes).is_some() {
+            return Err(parse_err(path, n, format!("{key} appears twice")));
+        }
+    }
+    match (total, free) {
+        (Some(t), Some(f)) => Ok((t, f)),
+        (None, _) => Err(parse_err(path, 1, "no MemTotal line")),
+        (_, None) => Err(parse_err(path, 1, "no MemFree line")),
+    }
+}
+
+fn read_meminfo(node_dir: &Path, id: u32) -> Result<(u64, u64)> {
+    let path = node_dir.join("meminfo");
+    let text = read(&path)?;
+    parse_meminfo(&path, id, &text)
+}
+
+/// Ids of directories `<prefix><N>` in `dir`, ascending. Other entries are
+/// ignored (`node/` also holds `online`, `possible`, `has_cpu`, ...).
+fn numbered_dirs(dir: &Path, prefix: &str) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        if rest.is_empty() || !rest.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(id) = rest.parse::<u32>() {
+            if entry.path().is_dir() {
+                ids.push(id);
+            }
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+fn read_hmat(node_dir: &Path) -> Result<Option<Hmat>> {
+    let dir = node_dir.join("access0/initiators");
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    Ok(Some(Hmat {
+        read_latency_ns: read_u64(&dir.join("read_latency"))?,
+        write_latency_ns: read_u64(&dir.join("write_latency"))?,
+        read_bandwidth_mb_s: read_u64(&dir.join("read_bandwidth"))?,
+        write_bandwidth_mb_s: read_u64(&dir.join("write_bandwidth"))?,
+    }))
+}
+
+/// The kernel's tiers, or `None` if `memory_tiering` is absent or empty.
+fn read_tiers(sysfs: &Path) -> Result<Option<Vec<Tier>>> {
+    let dir = sysfs.join(TIER_DIR);
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let mut tiers = Vec::new();
+    for id in numbered_dirs(&dir, "memory_tier")? {
+        let nodes = read_list(&dir.join(format!("memory_tier{id}/nodelist")))?;
+        tiers.push(Tier { id, nodes });
+    }
+    Ok(if tiers.is_empty() { None } else { Some(tiers) })
+}
+
+impl Topology {
+    /// Reads nodes and tiers under `sysfs` (normally [`DEFAULT_SYSFS_ROOT`]).
+    /// Errors name the file; a host without NUMA sysfs gives
+    /// [`TopologyError::NoNodes`].
+    pub fn discover(sysfs: impl AsRef<Path>) -> Result<Topology> {
+        let sysfs = sysfs.as_ref();
+        let node_dir = sysfs.join(NODE_DIR);
+        let online = node_dir.join("online");
+        let ids: Vec<u32> = if online.is_file() {
+            read_list(&online)?.into_iter().collect()
+        } else if node_dir.is_dir() {
+            numbered_dirs(&node_dir, "node")?
+        } else {
+            Vec::new()
+        };
+        if ids.is_empty() {
+            return Err(TopologyError::NoNodes(node_dir));
+        }
+
+        let kernel = read_tiers(sysfs)?;
+        let kernel_tiers = kernel.is_some();
+        let tiers = kernel.unwrap_or_else(|| {
+            vec![Tier {
+                id: KERNEL_DRAM_TIER,
+                nodes: ids.iter().copied().collect(),
+            }]
+        });
+
+        let mut nodes = Vec::with_capacity(ids.len());
+        for id in ids {
+            let dir = node_dir.join(format!("node{id}"));
+            let cpus = read_list(&dir.join("cpulist"))?.len();
+            let (mem_total_bytes, mem_free_bytes) = read_meminfo(&dir, id)?;
+            let tier = tiers.iter().find(|t| t.nodes.contains(&id)).map(|t| t.id);
+            nodes.push(NodeInfo {
+                id,
+                cpus,
+                mem_total_bytes,
+                mem_free_bytes,
+                tier,
+                hmat: read_hmat(&dir)?,
+            });
+        }
+        Ok(Topology {
+            nodes,
+            tiers,
+            kernel_tiers,
+        })
+    }
+
+    /// Re-reads `MemTotal`/`MemFree` of every known node (memory hotplug can
+    /// change the total too); nodes and tiers are not rediscovered. Cheap
+    /// enough for every control-loop cycle.
+    pub fn refresh_free(&mut self, sysfs: impl AsRef<Path>) -> Result<()> {
+        let node_dir = sysfs.as_ref().join(NODE_DIR);
+        for n in &mut self.nodes {
+            let (total, free) = read_meminfo(&node_dir.join(format!("node{}", n.id)), n.id)?;
+            n.mem_total_bytes = total;
+            n.mem_free_bytes = free;
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, id: u32) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    fn has_memory(&self, t: &Tier) -> bool {
+        t.nodes
+            .iter()
+            .any(|&id| self.node(id).is_some_and(|n| n.mem_total_bytes > 0))
+    }
+
+    /// Tiers that have memory, fastest first.
+    pub fn tiers_with_memory(&self) -> impl Iterator<Item = &Tier> {
+        self.tiers.iter().filter(|t| self.has_memory(t))
+    }
+
+    /// Nodes of the top tier: the lowest-numbered tier with memory. Empty
+    /// only if no node has memory.
+    pub fn fast_nodes(&self) -> NodeSet {
+        self.tiers_with_memory()
+            .next()
+            .map(|t| t.nodes.clone())
+            .unwrap_or_default()
+    }
+
+    /// Nodes of every other tier with memory (demotion targets).
+    pub fn lower_nodes(&self) -> NodeSet {
+        self.tiers_with_memory()
+            .skip(1)
+            .flat_map(|t| t.nodes.iter().copied())
+            .collect()
+    }
+
+    /// At least two tiers have memory: there is somewhere to demote to.
+    pub fn is_tiered(&self) -> bool {
+        self.tiers_with_memory().nth(1).is_some()
+    }
+
+    fn sum_fast(&self, f: impl Fn(&NodeInfo) -> u64) -> u64 {
+        let fast = self.fast_nodes();
+        self.nodes
+            .iter()
+            .filter(|n| fast.contains(&n.id))
+            .map(f)
+            .sum()
+    }
+
+    /// `MemTotal` of the fast tier, bytes.
+    pub fn fast_capacity_bytes(&self) -> u64 {
+        self.sum_fast(|n| n.mem_total_bytes)
+    }
+
+    /// `MemFree` of the fast tier at the last read, bytes.
+    pub fn fast_free_bytes(&self) -> u64 {
+        self.sum_fast(|n| n.mem_free_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Sysfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Sysfs {
+        fn new() -> Self {
+            Sysfs {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+        fn root(&self) -> &Path {
+            self.dir.path()
+        }
+        fn file(&self, rel: &str, content: &str) -> &Self {
+            let p = self.root().join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, content).unwrap();
+            self
+        }
+        /// A node with `cpulist` and a meminfo of `total_kb`/`free_kb`.
+        fn node(&self, id: u32, cpulist: &str, total_kb: u64, free_kb: u64) -> &Self {
+            self.file(
+                &format!("{NODE_DIR}/node{id}/cpulist"),
+                &format!("{cpulist}\n"),
+            )
+            .file(
+                &format!("{NODE_DIR}/node{id}/meminfo"),
+                &meminfo(id, total_kb, free_kb),
+            )
+        }
+        fn tier(&self, id: u32, nodelist: &str) -> &Self {
+            self.file(
+                &format!("{TIER_DIR}/memory_tier{id}/nodelist"),
+                &format!("{nodelist}\n"),
+            )
+        }
+    }
+
+    /// A meminfo as drivers/base/node.c prints it (abridged).
+    fn meminfo(id: u32, total_kb: u64, free_kb: u64) -> String {
+        format!(
+            "Node {id} MemTotal:       {total_kb:>8} kB\n\
+             Node {id} MemFree:        {free_kb:>8} kB\n\
+             Node {id} MemUsed:        {:>8} kB\n\
+             Node {id} SwapCached:            0 kB\n\
+             Node {id} HugePages_Total:     0\n\
+             Node {id} HugePages_Free:      0\n",
+            total_kb - free_kb
+        )
+    }
+
+    fn ns(ids: &[u32]) -> NodeSet {
+        NodeSet::from_ids(ids.iter().copied())
+    }
+
+    /// The emulated CXL host: node 0 DRAM with CPUs, node 1 CPU-less CXL.
+    fn two_tier() -> Sysfs {
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0-1\n")
+            .file(&format!("{NODE_DIR}/possible"), "0-1\n")
+            .node(0, "0-3", 1014196, 500000)
+            .node(1, "", 1048576, 1000000)
+            .tier(4, "0")
+            .tier(22, "1")
+            .file(&format!("{TIER_DIR}/uevent"), "");
+        for (id, lat, bw) in [(0, "130", "614400"), (1, "250", "76800")] {
+            for (f, v) in [
+                ("read_latency", lat),
+                ("write_latency", lat),
+                ("read_bandwidth", bw),
+                ("write_bandwidth", bw),
+            ] {
+                s.file(
+                    &format!("{NODE_DIR}/node{id}/access0/initiators/{f}"),
+                    &format!("{v}\n"),
+                );
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn two_tier_host() {
+        let s = two_tier();
+        let t = Topology::discover(s.root()).unwrap();
+        assert!(t.kernel_tiers);
+        assert_eq!(
+            t.tiers,
+            vec![
+                Tier {
+                    id: 4,
+                    nodes: ns(&[0])
+                },
+                Tier {
+                    id: 22,
+                    nodes: ns(&[1])
+                }
+            ]
+        );
+        assert_eq!(t.nodes.len(), 2);
+        assert_eq!(
+            t.nodes[0],
+            NodeInfo {
+                id: 0,
+                cpus: 4,
+                mem_total_bytes: 1014196 * 1024,
+                mem_free_bytes: 500000 * 1024,
+                tier: Some(4),
+                hmat: Some(Hmat {
+                    read_latency_ns: 130,
+                    write_latency_ns: 130,
+                    read_bandwidth_mb_s: 614400,
+                    write_bandwidth_mb_s: 614400,
+                }),
+            }
+        );
+        assert!(t.nodes[1].is_cpuless_memory());
+        assert_eq!(t.nodes[1].tier, Some(22));
+        assert_eq!(t.nodes[1].hmat.unwrap().read_latency_ns, 250);
+        assert!(t.is_tiered());
+        assert_eq!(t.fast_nodes(), ns(&[0]));
+        assert_eq!(t.lower_nodes(), ns(&[1]));
+        assert_eq!(t.fast_capacity_bytes(), 1014196 * 1024);
+        assert_eq!(t.fast_free_bytes(), 500000 * 1024);
+    }
+
+    #[test]
+    fn refresh_free_rereads_meminfo() {
+        let s = two_tier();
+        let mut t = Topology::discover(s.root()).unwrap();
+        s.node(0, "0-3", 1014196, 1000);
+        t.refresh_free(s.root()).unwrap();
+        assert_eq!(t.fast_free_bytes(), 1000 * 1024);
+        assert_eq!(t.nodes[1].mem_free_bytes, 1000000 * 1024);
+    }
+
+    #[test]
+    fn one_tier_host_without_memory_tiering() {
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0\n")
+            .node(0, "0-1", 2048, 1024);
+        let t = Topology::discover(s.root()).unwrap();
+        assert!(!t.kernel_tiers);
+        assert_eq!(
+            t.tiers,
+            vec![Tier {
+                id: KERNEL_DRAM_TIER,
+                nodes: ns(&[0])
+            }]
+        );
+        assert_eq!(t.nodes[0].tier, Some(KERNEL_DRAM_TIER));
+        assert_eq!(t.nodes[0].hmat, None);
+        assert!(!t.is_tiered());
+        assert_eq!(t.fast_nodes(), ns(&[0]));
+        assert!(t.lower_nodes().is_empty());
+        assert_eq!(t.fast_capacity_bytes(), 2048 * 1024);
+    }
+
+    #[test]
+    fn cpuless_node_in_dram_tier_is_not_tiered() {
+        // Emulated NUMA without HMAT: the CPU-less node lands in tier 4 too.
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0-1\n")
+            .node(0, "0", 1024, 512)
+            .node(1, "", 1024, 1024)
+            .tier(4, "0-1");
+        let t = Topology::discover(s.root()).unwrap();
+        assert!(!t.is_tiered());
+        assert_eq!(t.fast_nodes(), ns(&[0, 1]));
+        assert_eq!(t.fast_capacity_bytes(), 2048 * 1024);
+    }
+
+    #[test]
+    fn memoryless_node_and_empty_top_tier() {
+        // Node 2 has CPUs, no memory, in no tier; tier 1 lists only a node
+        // with no memory, so the top tier is 4.
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0-3\n")
+            .node(0, "0-1", 4096, 100)
+            .node(1, "", 4096, 4000)
+            .node(2, "2-3", 0, 0)
+            .node(3, "", 0, 0)
+            .tier(1, "3")
+            .tier(4, "0")
+            .tier(5, "1");
+        let t = Topology::discover(s.root()).unwrap();
+        assert_eq!(t.node(2).unwrap().tier, None);
+        assert_eq!(t.fast_nodes(), ns(&[0]));
+        assert_eq!(t.lower_nodes(), ns(&[1]));
+        assert!(t.is_tiered());
+    }
+
+    #[test]
+    fn nodes_from_dirs_without_online() {
+        let s = Sysfs::new();
+        s.node(0, "0", 10, 5).node(2, "1", 10, 5);
+        s.file(&format!("{NODE_DIR}/possible"), "0-3\n");
+        let t = Topology::discover(s.root()).unwrap();
+        assert_eq!(t.nodes.iter().map(|n| n.id).collect::<Vec<_>>(), [0, 2]);
+    }
+
+    #[test]
+    fn no_nodes_is_error() {
+        let s = Sysfs::new();
+        assert!(matches!(
+            Topology::discover(s.root()),
+            Err(TopologyError::NoNodes(_))
+        ));
+        s.file(&format!("{NODE_DIR}/online"), "\n");
+        assert!(matches!(
+            Topology::discover(s.root()),
+            Err(TopologyError::NoNodes(_))
+        ));
+    }
+
+    #[test]
+    fn empty_memory_tiering_dir_is_one_tier() {
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0\n")
+            .node(0, "0", 10, 5);
+        fs::create_dir_all(s.root().join(TIER_DIR)).unwrap();
+        let t = Topology::discover(s.root()).unwrap();
+        assert!(!t.kernel_tiers);
+        assert_eq!(t.tiers.len(), 1);
+    }
+
+    #[test]
+    fn missing_meminfo_names_file() {
+        let s = Sysfs::new();
+        s.file(&format!("{NODE_DIR}/online"), "0\n")
+            .file(&format!("{NODE_DIR}/node0/cpulist"), "0\n");
+        let e = Topology::discover(s.root()).unwrap_err();
+        assert!(
+            matches!(&e, TopologyError::Io { path, .. } if path.ends_with("node0/meminfo")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("node0/meminfo"), "{e}");
+    }
+
+    /// `parse_meminfo` for node 0 on `$text`: Ok((total, free)) bytes, or an
+    /// error whose message contains the given text.
+    macro_rules! meminfo_ok {
+        ($name:ident, $text:expr, $total:expr, $free:expr) => {
+            #[test]
+            fn $name() {
+                assert_eq!(
+                    parse_meminfo(Path::new("meminfo"), 0, $text).unwrap(),
+                    ($total, $free)
+                );
+            }
+        };
+    }
+    macro_rules! meminfo_err {
+        ($name:ident, $text:expr, $line:expr, $reason:expr) => {
+            #[test]
+            fn $name() {
+                match parse_meminfo(Path::new("node0/meminfo"), 0, $text) {
+                    Err(TopologyError::Parse { line, reason, .. }) => {
+                        assert_eq!(line, $line, "{reason}");
+                        assert!(reason.contains($reason), "{reason}");
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+    }
+    meminfo_ok!(
+        meminfo_kernel_shape,
+        &meminfo(0, 1014196, 3),
+        1014196 * 1024,
+        3 * 1024
+    );
+    meminfo_ok!(
+        meminfo_no_trailing_newline,
+        "Node 0 MemTotal: 1 kB\nNode 0 MemFree: 0 kB",
+        1024,
+        0
+    );
+    meminfo_ok!(
+        meminfo_zero,
+        "Node 0 MemTotal: 0 kB\nNode 0 MemFree: 0 kB\n",
+        0,
+        0
+    );
+    meminfo_err!(meminfo_empty, "", 1, "empty");
+    meminfo_err!(meminfo_no_free, "Node 0 MemTotal: 1 kB\n", 1, "no MemFree");
+    meminfo_err!(
+        meminfo_wrong_node,
+        "Node 1 MemTotal: 1 kB\n",
+        1,
+        "expected Node 0"
+    );
+    meminfo_err!(
+        meminfo_max,
+        "Node 0 MemTotal: max kB\nNode 0 MemFree: 0 kB\n",
+        1,
+        "number of kB"
+    );
+    meminfo_err!(
+        meminfo_no_unit,
+        "Node 0 MemTotal: 5\n",
+        1,
+        "expected `Node 0 MemTotal:"
+    );
+    meminfo_err!(meminfo_mb, "Node 0 MemTotal: 5 MB\n", 1, "expected kB");
+    meminfo_err!(
+        meminfo_overflow,
+        "Node 0 MemTotal: 18446744073709551615 kB\nNode 0 MemFree: 0 kB\n",
+        1,
+        "overflows"
+    );
+    meminfo_err!(
+        meminfo_dup,
+        "Node 0 MemFree: 1 kB\nNode 0 MemTotal: 1 kB\nNode 0 MemFree: 1 kB\n",
+        3,
+        "twice"
+    );
+
+    /// List files and HMAT values through the real readers.
+    #[test]
+    fn list_and_u64_files() {
+        let s = Sysfs::new();
+        s.file("a", "0-2,5\n")
+            .file("b", "")
+            .file("c", "x\n")
+            .file("d", "0\n1\n");
+        assert_eq!(read_list(&s.root().join("a")).unwrap(), ns(&[0, 1, 2, 5]));
+        assert_eq!(read_list(&s.root().join("b")).unwrap(), ns(&[]));
+        assert!(matches!(
+            read_list(&s.root().join("c")),
+            Err(TopologyError::Parse { line: 1, .. })
+        ));
+        assert!(matches!(
+            read_list(&s.root().join("d")),
+            Err(TopologyError::Parse { line: 2, .. })
+        ));
+        s.file("e", "130\n")
+            .file("f", "")
+            .file("g", "max\n")
+            .file("h", "7");
+        assert_eq!(read_u64(&s.root().join("e")).unwrap(), 130);
+        assert_eq!(read_u64(&s.root().join("h")).unwrap(), 7);
+        assert!(matches!(
+            read_u64(&s.root().join("f")),
+            Err(TopologyError::Parse { .. })
+        ));
+        assert!(matches!(
+            read_u64(&s.root().join("g")),
+            Err(TopologyError::Parse { .. })
+        ));
+    }
+
+    /// The sysfs captured byte for byte from the Linux 6.12 emulated CXL guest.
+    #[test]
+    fn linux_6_12_capture() {
+        let root = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/linux-6.12/sys"
+        ));
+        let t = Topology::discover(root).unwrap();
+        assert!(t.kernel_tiers, "{t:#?}");
+        assert!(t.is_tiered(), "{t:#?}");
+        let fast = t.fast_nodes();
+        assert!(!fast.is_empty() && !t.lower_nodes().is_empty());
+        assert!(fast.is_disjoint(&t.lower_nodes()));
+        for n in &t.nodes {
+            assert!(n.mem_free_bytes <= n.mem_total_bytes, "{n:?}");
+            if fast.contains(&n.id) {
+                assert!(n.cpus > 0, "fast node without CPUs: {n:?}");
+            } else if t.lower_nodes().contains(&n.id) {
+                assert!(n.is_cpuless_memory(), "lower node with CPUs: {n:?}");
+            }
+        }
+        // Exact values of the capture (see its README).
+        assert_eq!(
+            t.tiers,
+            vec![
+                Tier {
+                    id: 4,
+                    nodes: ns(&[0])
+                },
+                Tier {
+                    id: 69,
+                    nodes: ns(&[1])
+                },
+            ]
+        );
+        let n0 = t.node(0).unwrap();
+        assert_eq!((n0.cpus, n0.tier), (2, Some(4)));
+        assert_eq!(
+            (n0.mem_total_bytes, n0.mem_free_bytes),
+            (992796 * 1024, 823040 * 1024)
+        );
+        let n1 = t.node(1).unwrap();
+        assert_eq!((n1.cpus, n1.tier), (0, Some(69)));
+        assert_eq!(
+            (n1.mem_total_bytes, n1.mem_free_bytes),
+            (1030832 * 1024, 995236 * 1024)
+        );
+        assert_eq!(
+            n0.hmat,
+            Some(Hmat {
+                read_latency_ns: 130,
+                write_latency_ns: 130,
+                read_bandwidth_mb_s: 628736,
+                write_bandwidth_mb_s: 628736,
+            })
+        );
+        assert_eq!(
+            n1.hmat.map(|h| (h.read_latency_ns, h.read_bandwidth_mb_s)),
+            Some((250, 77824))
+        );
+        assert_eq!(t.fast_nodes(), ns(&[0]));
+        assert_eq!(t.lower_nodes(), ns(&[1]));
+        assert_eq!(t.fast_capacity_bytes(), 992796 * 1024);
+        assert_eq!(t.fast_free_bytes(), 823040 * 1024);
+        let mut again = t.clone();
+        again.refresh_free(root).unwrap();
+        assert_eq!(again, t);
+    }
+
+    #[test]
+    fn partial_hmat_is_error() {
+        let s = two_tier();
+        fs::remove_file(s.root().join(format!(
+            "{NODE_DIR}/node1/access0/initiators/write_bandwidth"
+        )))
+        .unwrap();
+        let e = Topology::discover(s.root()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("node1/access0/initiators/write_bandwidth"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! Integration tests in the emulated CXL host (QEMU, Debian's 6.12 kernel,
+//! node 0 = CPUs + 1 GiB DRAM, node 1 = 1 GiB CPU-less lower tier).
+//!
+//! Each test boots a guest with the release binaries (`tierd`, `tierctl`,
+//! `tierload`) and a busybox script; the script prints `STATUS <json>` (tierctl
+//! status) and `NODES <cgroup> <N0 MiB> <N1 MiB>` lines that the assertions here
+//! read. Run them through `cargo xtask test`, which installs QEMU and the kernel
+//! and builds the binaries first; without those they fail and say so.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tierd::controller::{ContainerStatus, Status};
+
+/// One guest at a time: two TCG guests on a 2-core machine would starve each
+/// other and make every time bound meaningless.
+static VM: Mutex<()> = Mutex::new(());
+
+const MIB: u64 = 1 << 20;
+
+struct Guest {
+    exit_code: i32,
+    output: String,
+}
+
+fn boot(script: &str, timeout_s: u64) -> Guest {
+    let _one = VM.lock().unwrap_or_else(|e| e.into_inner());
+    let bins = testbed::guest_binaries(&["tierd", "tierctl", "tierload"]).unwrap_or_else(|e| {
+        panic!("{e:#}\nrun the VM tests through `cargo xtask test`, which builds the binaries")
+    });
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/lib.sh");
+    let cfg = testbed::VmConfig {
+        binaries: bins,
+        files: vec![(lib, "/tests/lib.sh".into())],
+        timeout: Duration::from_secs(timeout_s),
+        ..Default::default()
+    };
+    let out = testbed::run(&cfg, script).unwrap_or_else(|e| {
+        panic!("emulated CXL host failed: {e:#}\n(run `cargo xtask setup` if QEMU or the kernel is missing)")
+    });
+    Guest {
+        exit_code: out.exit_code,
+        output: out.output,
+    }
+}
+
+fn statuses(out: &str) -> Vec<Status> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("STATUS "))
+        .filter_map(|j| serde_json::from_str(j).ok())
+        .collect()
+}
+
+/// `NODES` lines for one cgroup: (N0 MiB, N1 MiB) in order.
+fn nodes(out: &str, cgroup: &str) -> Vec<(u64, u64)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("NODES "))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[0] == cgroup).then(|| (f[1].parse().ok(), f[2].parse().ok()))
+        })
+        .filter_map(|(a, b)| Some((a?, b?)))
+        .collect()
+}
+
+fn container<'a>(s: &'a Status, name: &str) -> Option<&'a ContainerStatus> {
+    s.containers.iter().find(|c| c.container == name)
+}
+
+/// The hysteresis band for a target, as the default config computes it:
+/// max(16 MiB, 5% of target).
+fn band(target: u64) -> u64 {
+    (16 * MIB).max(target / 20)
+}
+
+#[test]
+fn over_target_container_is_brought_to_target() {
+    let g = boot(
+        r#"
+set -e
+. /tests/lib.sh
+mkcg tenants.slice/big
+start_in tenants.slice/big tierload hotset --size-mib 400 --hot-mib 40 --report-s 60
+wait_usage tenants.slice/big 390 90
+emit_node tenants.slice/big
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/*"
+local_high = "50%"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+wait_http 30
+for i in $(seq 40); do emit_status; emit_node tenants.slice/big; sleep 1; done
+kill -TERM $!
+wait $! || true
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let n = nodes(&g.output, "tenants.slice/big");
+    assert!(
+        n[0].0 >= 300,
+        "the container should start mostly in DRAM: {n:?}"
+    );
+    let st = statuses(&g.output);
+    assert!(st.len() >= 20, "too few status samples:\n{}", g.output);
+    let within: Vec<usize> = st
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let c = container(s, "tenants.slice/big")?;
+            (c.target_bytes > 0 && c.fast_bytes.abs_diff(c.target_bytes) <= band(c.target_bytes))
+                .then_some(i)
+        })
+        .collect();
+    let first = *within
+        .first()
+        .unwrap_or_else(|| panic!("never within target ± band:\n{}", g.output));
+    assert!(first <= 30, "took {first} s to reach target ± band");
+    let last = container(st.last().unwrap(), "tenants.slice/big").unwrap();
+    assert!(
+        last.fast_bytes.abs_diff(last.target_bytes) <= band(last.target_bytes),
+        "drifted away from the target: {last:?}"
+    );
+    // Target is local_high = 50% of usage; the demoted half sits on node 1.
+    let usage = last.fast_bytes + last.lower_bytes;
+    assert!(last.target_bytes.abs_diff(usage / 2) <= 2 * MIB, "{last:?}");
+    assert!(last.lower_bytes >= 150 * MIB, "{last:?}");
+}
+
+#[test]
+fn at_target_container_is_not_demoted() {
+    let g = boot(
+        r#"
+set -e
+. /tests/lib.sh
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/steady"
+local_low = "320MiB"
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+mkcg tenants.slice/steady
+start_in tenants.slice/steady tierload hotset --size-mib 300 --hot-mib 300 --report-s 60
+wait_usage tenants.slice/steady 295 90
+sleep 3
+emit_status; emit_node tenants.slice/steady
+mkcg tenants.slice/hog
+start_in tenants.slice/hog tierload hotset --size-mib 800 --hot-mib 800 --report-s 60
+for i in $(seq 40); do emit_status; emit_node tenants.slice/steady; emit_node tenants.slice/hog; sleep 1; done
+kill -TERM $TIERD
+wait $TIERD
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let steady = nodes(&g.output, "tenants.slice/steady");
+    let hog = nodes(&g.output, "tenants.slice/hog");
+    let before = steady[0].0;
+    assert!(before >= 280, "steady should start in DRAM: {steady:?}");
+    // The hog's 800 MiB cannot all fit: DRAM was under pressure.
+    assert!(
+        hog.iter().any(|&(_, n1)| n1 >= 100),
+        "no pressure on DRAM: {hog:?}"
+    );
+    let min_after = steady[1..].iter().map(|&(n0, _)| n0).min().unwrap();
+    let st = statuses(&g.output);
+    let steady_st: Vec<&ContainerStatus> = st
+        .iter()
+        .filter_map(|s| container(s, "tenants.slice/steady"))
+        .collect();
+    assert!(
+        steady_st.iter().all(|c| c.state != "over_target"),
+        "{steady_st:?}"
+    );
+    assert!(
+        steady_st.iter().all(|c| c.memory_low_bytes >= 290 * MIB),
+        "steady was not protected with memory.low: {steady_st:?}"
+    );
+    assert!(
+        before - min_after <= 16,
+        "at-target container lost {} MiB of DRAM (from {before} to {min_after}):\n{}",
+        before - min_after,
+        g.output
+    );
+}
+
+#[test]
+fn sigterm_restores_kernel_and_cgroup_settings() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+echo 0 > /sys/kernel/mm/numa/demotion_enabled
+echo 0 > /proc/sys/kernel/numa_balancing
+mkcg tenants.slice/a
+echo 12345678 > $CG/tenants.slice/a/memory.low
+start_in tenants.slice/a tierload hotset --size-mib 64 --hot-mib 8 --report-s 60
+wait_usage tenants.slice/a 60 60
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+numa_balancing = 2
+demotion_enabled = true
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+sleep 3
+echo "RUNNING demotion=$(cat /sys/kernel/mm/numa/demotion_enabled) nb=$(cat /proc/sys/kernel/numa_balancing) low=$(cat $CG/tenants.slice/a/memory.low)"
+kill -TERM $TIERD
+wait $TIERD
+echo "EXIT $?"
+echo "AFTER demotion=$(cat /sys/kernel/mm/numa/demotion_enabled) nb=$(cat /proc/sys/kernel/numa_balancing) low=$(cat $CG/tenants.slice/a/memory.low)"
+cat /tmp/tierd.log
+"#,
+        300,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let line = |p: &str| {
+        g.output
+            .lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p} line:\n{}", g.output))
+            .to_owned()
+    };
+    let running = line("RUNNING");
+    assert!(
+        running.contains("demotion=true") && running.contains("nb=2"),
+        "{running}"
+    );
+    assert!(
+        !running.contains("low=12345678"),
+        "memory.low was not steered: {running}"
+    );
+    assert_eq!(line("EXIT"), "EXIT 0");
+    // memory.low reads back rounded down to pages: 12345678 → 12345344.
+    assert_eq!(
+        line("AFTER"),
+        "AFTER demotion=false nb=0 low=12345344",
+        "{}",
+        g.output
+    );
+}
+
+#[test]
+fn survives_a_container_deleted_mid_run() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+mkcg tenants.slice/a
+mkcg tenants.slice/b
+A=$(start_in tenants.slice/a tierload hotset --size-mib 64 --hot-mib 8 --report-s 60)
+B=$(start_in tenants.slice/b tierload hotset --size-mib 64 --hot-mib 8 --report-s 60)
+wait_usage tenants.slice/b 60 60
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "500ms"
+[[policy]]
+match = "tenants.slice/*"
+EOF
+RUST_LOG=debug tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+emit_status
+# Delete b while tierd is cycling, then recreate it under the same path.
+kill -KILL $B; wait $B 2>/dev/null
+while ! rmdir $CG/tenants.slice/b 2>/dev/null; do sleep 0.1; done
+sleep 2
+emit_status
+mkcg tenants.slice/b
+start_in tenants.slice/b tierload hotset --size-mib 32 --hot-mib 8 --report-s 60 > /dev/null
+wait_usage tenants.slice/b 30 60
+sleep 2
+emit_status
+kill -0 $TIERD && echo "ALIVE"
+kill -TERM $TIERD
+wait $TIERD
+echo "EXIT $?"
+grep -c ERROR /tmp/tierd.log || true
+"#,
+        300,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert!(g.output.lines().any(|l| l == "ALIVE"), "{}", g.output);
+    assert!(g.output.lines().any(|l| l == "EXIT 0"), "{}", g.output);
+    let st = statuses(&g.output);
+    assert_eq!(st.len(), 3, "{}", g.output);
+    let b0 = container(&st[0], "tenants.slice/b")
+        .expect("b managed at first")
+        .id;
+    assert!(container(&st[1], "tenants.slice/a").is_some());
+    assert!(
+        container(&st[1], "tenants.slice/b").is_none(),
+        "deleted b still reported: {:?}",
+        st[1]
+    );
+    let b2 = container(&st[2], "tenants.slice/b").expect("recreated b managed");
+    assert_ne!(b2.id, b0, "recreated cgroup must get a new id");
+    assert!(st[2].cycles > st[0].cycles + 4, "the loop stalled: {st:?}");
+}
+
+#[test]
+fn broken_config_is_refused_naming_the_key() {
+    let g = boot(
+        r#"
+cat > /tmp/bad.toml <<'EOF'
+[daemon]
+interval = "2s"
+[[policy]]
+match = "tenants.slice/*"
+weight = 0
+EOF
+cat > /tmp/typo.toml <<'EOF'
+[daemon]
+intervall = "2s"
+EOF
+tierd --config /tmp/bad.toml check-config; echo "CHECK $?"
+tierd --config /tmp/bad.toml run; echo "RUN $?"
+tierd --config /tmp/typo.toml run; echo "TYPO $?"
+tierd --config /tmp/missing.toml run; echo "MISSING $?"
+echo "knobs $(cat /sys/kernel/mm/numa/demotion_enabled)"
+"#,
+        120,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let o = &g.output;
+    for (tag, needle) in [
+        ("CHECK 1", "/tmp/bad.toml: key `policy[0].weight`"),
+        ("RUN 1", "/tmp/bad.toml: key `policy[0].weight`"),
+        ("TYPO 1", "intervall"),
+        ("MISSING 1", "/tmp/missing.toml: cannot read config"),
+    ] {
+        assert!(o.lines().any(|l| l == tag), "expected {tag:?}:\n{o}");
+        assert!(o.contains(needle), "expected {needle:?}:\n{o}");
+    }
+    assert!(
+        o.contains("knobs false"),
+        "a refused config must change nothing:\n{o}"
+    );
+}

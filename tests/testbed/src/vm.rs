@@ -1,0 +1,455 @@
+//! Booting the guest under QEMU and collecting what it printed.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::setup::Assets;
+use crate::{initramfs, Error, Result};
+
+/// One emulated CXL host: node 0 with the CPUs and `dram_mib` of memory,
+/// node 1 CPU-less with `cxl_mib`, HMAT latencies/bandwidths so the kernel puts
+/// node 1 in a lower memory tier.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// vCPUs, all on node 0 (default 2).
+    pub cpus: u32,
+    /// Node 0 memory in MiB (default 1024).
+    pub dram_mib: u64,
+    /// Node 1 (CPU-less, "CXL") memory in MiB (default 1024); 0 = no node 1.
+    pub cxl_mib: u64,
+    /// Wall-clock limit for boot + script + power-off (default 10 min).
+    pub timeout: Duration,
+    /// Host executables, copied to `/usr/local/bin/<file name>` with the shared
+    /// libraries and loader `ldd` names for them.
+    pub binaries: Vec<PathBuf>,
+    /// (host file, absolute guest path) pairs, mode preserved.
+    pub files: Vec<(PathBuf, String)>,
+    /// Kernel modules (`cxl_acpi`, `kmem`, ...) to place decompressed at
+    /// `/lib/modules/<release>/<name>.ko`; the script loads them with `insmod`.
+    pub modules: Vec<String>,
+    /// Stream the guest console and the script's output to our stderr live.
+    pub echo: bool,
+    /// Minimum number of `/sys/devices/virtual/memory_tiering/memory_tier*`
+    /// directories; fewer is [`Error::MissingTiers`] (default 2, 0 = no check).
+    pub expect_tiers: usize,
+    /// Extra kernel command-line arguments.
+    pub kernel_args: Vec<String>,
+    /// Extra QEMU arguments (devices for the CXL Type-3 path, ...).
+    pub qemu_args: Vec<String>,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig {
+            cpus: 2,
+            dram_mib: 1024,
+            cxl_mib: 1024,
+            timeout: Duration::from_secs(600),
+            binaries: Vec::new(),
+            files: Vec::new(),
+            modules: Vec::new(),
+            echo: false,
+            expect_tiers: 2,
+            kernel_args: Vec::new(),
+            qemu_args: Vec::new(),
+        }
+    }
+}
+
+/// What a finished guest produced.
+#[derive(Debug, Clone)]
+pub struct VmOutput {
+    /// The script's exit status (`exit 3` → 3; killed by a signal → 128 + signal).
+    pub exit_code: i32,
+    /// The script's stdout and stderr, interleaved as written, without kernel
+    /// messages (they travel on a second serial port), `\r` removed.
+    pub output: String,
+    /// The console (first serial port): kernel log and the init's own lines.
+    pub console: String,
+    /// From starting QEMU to its exit.
+    pub duration: Duration,
+    /// From starting QEMU to the init's first line (kernel boot).
+    pub boot_duration: Duration,
+}
+
+/// Kernel console lines that make a run fail, whatever the script returned.
+const KERNEL_FAILURES: [&str; 5] = [
+    "Kernel panic - not syncing",
+    "BUG: ",
+    "Oops: ",
+    "kernel BUG at",
+    "general protection fault",
+];
+
+const INIT_TEMPLATE: &str = r###"#!/bin/sh
+export PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TERM=dumb
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup
+for c in memory cpuset cpu io; do
+    if grep -qw "$c" /sys/fs/cgroup/cgroup.controllers; then
+        echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || echo "testbed: cannot enable $c"
+    fi
+done
+hostname testbed
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+echo "##TESTBED-INIT-@NONCE@##"
+n=0
+tiers=""
+for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
+    [ -d "$d" ] || continue
+    n=$((n + 1))
+    tiers="$tiers ${d##*/}=$(cat "$d/nodelist")"
+done
+if [ "$n" -lt @EXPECT@ ]; then
+    echo "##TESTBED-TIERS-@NONCE@ $n$tiers##"
+    usleep 300000
+    poweroff -f
+fi
+echo "testbed: memory tiers:$tiers"
+cd /root
+/bin/sh /testbed/script < /dev/null > /dev/ttyS1 2>&1
+rc=$?
+sync
+echo "##TESTBED-EXIT-@NONCE@ $rc##" > /dev/ttyS1
+echo "##TESTBED-EXIT-@NONCE@ $rc##"
+usleep 300000
+poweroff -f
+"###;
+
+/// One guest at a time per process: two TCG guests on a small machine starve
+/// each other and make every time bound meaningless.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+/// Boots a guest with `cfg`, runs `script` with busybox `sh` (PATH =
+/// `/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin`, cwd `/root`, stdin
+/// `/dev/null`, cgroup2 mounted at `/sys/fs/cgroup` with memory, cpuset, cpu,
+/// io enabled in the root), powers off and returns its exit code and output.
+///
+/// Errors: [`Error::NotSetUp`] (run `cargo xtask setup`), [`Error::Boot`],
+/// [`Error::Kernel`] (panic/BUG/Oops on the console, even if the script
+/// succeeded), [`Error::Timeout`] (QEMU is killed), [`Error::MissingTiers`]
+/// (checked before the script runs), [`Error::NoExit`].
+pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
+    let assets = Assets::find()?;
+    let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    let base = initramfs::base(&assets, cfg)?;
+
+    let nonce = format!(
+        "{:x}{:x}",
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+        std::process::id()
+    );
+    let init = INIT_TEMPLATE
+        .replace("@NONCE@", &nonce)
+        .replace("@EXPECT@", &cfg.expect_tiers.to_string());
+    let runs = assets.cache.join("runs");
+    fs::create_dir_all(&runs).map_err(|e| Error::io(&runs, e))?;
+    let dir = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&runs)
+        .map_err(|e| Error::io(&runs, e))?;
+    let initrd = dir.path().join("initrd.cpio");
+    fs::copy(&base, &initrd).map_err(|e| Error::io(&initrd, e))?;
+    let extra = initramfs::run_archive(&init, script)?;
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&initrd)
+        .and_then(|mut f| f.write_all(&extra))
+        .map_err(|e| Error::io(&initrd, e))?;
+    let out_path = dir.path().join("output.log");
+    fs::File::create(&out_path).map_err(|e| Error::io(&out_path, e))?;
+
+    let mut cmd = qemu_command(&assets, cfg, &initrd, &out_path);
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Command {
+            cmd: format!("{cmd:?}"),
+            detail: e.to_string(),
+        })?;
+
+    let console = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let reader = {
+        let console = Arc::clone(&console);
+        let echo = cfg.echo;
+        thread::spawn(move || pump(stdout, &console, echo))
+    };
+    let stderr_buf = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let stderr = child.stderr.take().expect("piped stderr");
+    let err_reader = {
+        let buf = Arc::clone(&stderr_buf);
+        thread::spawn(move || pump(stderr, &buf, false))
+    };
+
+    let init_marker = format!("##TESTBED-INIT-{nonce}##");
+    let exit_marker = format!("##TESTBED-EXIT-{nonce} ");
+    let mut boot_duration = None;
+    let mut exit_seen: Option<Instant> = None;
+    let mut timed_out = false;
+    let mut tail = OutputTail::new(out_path.clone(), cfg.echo);
+    loop {
+        if child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        let text = String::from_utf8_lossy(&console.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_owned();
+        if boot_duration.is_none() && text.contains(&init_marker) {
+            boot_duration = Some(started.elapsed());
+        }
+        if exit_seen.is_none() && text.contains(&exit_marker) {
+            exit_seen = Some(Instant::now());
+        }
+        tail.poll();
+        if exit_seen.is_some_and(|t| t.elapsed() > Duration::from_secs(15)) {
+            // Powered off but QEMU lingers: the result is in.
+            kill(&mut child);
+            break;
+        }
+        if started.elapsed() > cfg.timeout {
+            timed_out = true;
+            kill(&mut child);
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let duration = started.elapsed();
+    let _ = reader.join();
+    let _ = err_reader.join();
+    tail.poll();
+
+    let console = String::from_utf8_lossy(&console.lock().unwrap_or_else(|e| e.into_inner()))
+        .replace('\r', "");
+    let qemu_stderr =
+        String::from_utf8_lossy(&stderr_buf.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let raw_out = fs::read(&out_path).map_err(|e| Error::io(&out_path, e))?;
+    let raw_out = String::from_utf8_lossy(&raw_out).replace('\r', "");
+
+    if let Some(excerpt) = kernel_failure(&console) {
+        return Err(Error::Kernel { excerpt });
+    }
+    let exit_code =
+        parse_exit(&raw_out, &exit_marker).or_else(|| parse_exit(&console, &exit_marker));
+    if timed_out && exit_code.is_none() {
+        return Err(Error::Timeout {
+            after: cfg.timeout,
+            booted: boot_duration.is_some(),
+            console_tail: last_lines(&console, 30),
+            output_tail: last_lines(&raw_out, 30),
+        });
+    }
+    if boot_duration.is_none() {
+        return Err(Error::Boot {
+            console_tail: last_lines(&console, 40),
+            qemu_stderr,
+        });
+    }
+    let tiers_marker = format!("##TESTBED-TIERS-{nonce} ");
+    if let Some(i) = console.find(&tiers_marker) {
+        let rest = &console[i + tiers_marker.len()..];
+        let rest = rest.split("##").next().unwrap_or("");
+        let (n, listing) = rest.split_once(' ').unwrap_or((rest, ""));
+        return Err(Error::MissingTiers {
+            found: n.trim().parse().unwrap_or(0),
+            expected: cfg.expect_tiers,
+            listing: listing.trim().to_string(),
+        });
+    }
+    let Some(exit_code) = exit_code else {
+        return Err(Error::NoExit {
+            console_tail: last_lines(&console, 40),
+            output_tail: last_lines(&raw_out, 40),
+        });
+    };
+    let output = match raw_out.find(&exit_marker) {
+        Some(i) => raw_out[..i].to_string(),
+        None => raw_out,
+    };
+    Ok(VmOutput {
+        exit_code,
+        output,
+        console,
+        duration,
+        boot_duration: boot_duration.unwrap_or_default(),
+    })
+}
+
+fn qemu_command(
+    assets: &Assets,
+    cfg: &VmConfig,
+    initrd: &std::path::Path,
+    out: &std::path::Path,
+) -> Command {
+    let mut c = Command::new(&assets.qemu);
+    let cpus = cfg.cpus.max(1);
+    let total = cfg.dram_mib + cfg.cxl_mib;
+    c.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
+    c.args(["-smp", &cpus.to_string(), "-m", &format!("{total}M")]);
+    c.args([
+        "-object",
+        &format!("memory-backend-ram,id=m0,size={}M", cfg.dram_mib),
+    ]);
+    c.args([
+        "-numa",
+        &format!("node,nodeid=0,cpus=0-{},memdev=m0,initiator=0", cpus - 1),
+    ]);
+    // HMAT (ACPI 6.3, QEMU docs/system/invocation "-numa hmat-lb"): the kernel
+    // turns the initiator→target performance into an abstract distance
+    // (mt_perf_to_adistance) and puts the slower node in a lower tier.
+    c.args(["-machine", "q35,hmat=on"]);
+    let mut hmat = vec![(0, 130, "614G")];
+    if cfg.cxl_mib > 0 {
+        c.args([
+            "-object",
+            &format!("memory-backend-ram,id=m1,size={}M", cfg.cxl_mib),
+        ]);
+        c.args(["-numa", "node,nodeid=1,memdev=m1,initiator=0"]);
+        hmat.push((1, 250, "76G"));
+    }
+    for (target, latency_ns, bandwidth) in hmat {
+        c.args([
+            "-numa",
+            &format!("hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-latency,latency={latency_ns}"),
+        ]);
+        c.args([
+            "-numa",
+            &format!("hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-bandwidth,bandwidth={bandwidth}"),
+        ]);
+    }
+    c.args([
+        "-display", "none", "-vga", "none", "-nic", "none", "-monitor", "none",
+    ]);
+    c.args(["-no-reboot", "-serial", "stdio"]);
+    c.args(["-serial", &format!("file:{}", out.display())]);
+    c.arg("-kernel").arg(&assets.vmlinuz);
+    c.arg("-initrd").arg(initrd);
+    let mut append = vec!["console=ttyS0", "panic=-1", "oops=panic"];
+    append.extend(cfg.kernel_args.iter().map(String::as_str));
+    c.args(["-append", &append.join(" ")]);
+    c.args(&cfg.qemu_args);
+    c
+}
+
+fn pump(mut from: impl Read, into: &Mutex<Vec<u8>>, echo: bool) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if echo {
+                    let mut e = std::io::stderr().lock();
+                    let _ = e.write_all(&buf[..n]);
+                    let _ = e.flush();
+                }
+                into.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+}
+
+/// Copies what the guest wrote to the output port to stderr as it arrives.
+struct OutputTail {
+    path: PathBuf,
+    pos: u64,
+    echo: bool,
+}
+
+impl OutputTail {
+    fn new(path: PathBuf, echo: bool) -> Self {
+        OutputTail { path, pos: 0, echo }
+    }
+
+    fn poll(&mut self) {
+        if !self.echo {
+            return;
+        }
+        let Ok(mut f) = fs::File::open(&self.path) else {
+            return;
+        };
+        let mut buf = Vec::new();
+        if f.seek(SeekFrom::Start(self.pos)).is_ok() && f.read_to_end(&mut buf).is_ok() {
+            self.pos += buf.len() as u64;
+            let text: String = String::from_utf8_lossy(&buf)
+                .replace('\r', "")
+                .split_inclusive('\n')
+                .filter(|l| !l.starts_with("##TESTBED-EXIT-"))
+                .collect();
+            let mut e = std::io::stderr().lock();
+            let _ = e.write_all(text.as_bytes());
+            let _ = e.flush();
+        }
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn parse_exit(text: &str, marker: &str) -> Option<i32> {
+    let i = text.find(marker)?;
+    text[i + marker.len()..]
+        .split("##")
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The first kernel failure line and what follows it (up to 40 lines).
+fn kernel_failure(console: &str) -> Option<String> {
+    let lines: Vec<&str> = console.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| KERNEL_FAILURES.iter().any(|p| l.contains(p)))?;
+    Some(lines[i..lines.len().min(i + 40)].join("\n"))
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_marker_parses() {
+        let m = "##TESTBED-EXIT-abc ";
+        assert_eq!(parse_exit("x\n##TESTBED-EXIT-abc 3##\n", m), Some(3));
+        assert_eq!(parse_exit("##TESTBED-EXIT-abc 0##", m), Some(0));
+        assert_eq!(parse_exit("##TESTBED-EXIT-abd 0##", m), None);
+    }
+
+    #[test]
+    fn kernel_failures_are_found() {
+        let c = "[    1.0] ok\n[    2.0] BUG: kernel NULL pointer dereference\n[ 2.1] more\n";
+        assert!(kernel_failure(c).unwrap().starts_with("[    2.0] BUG"));
+        assert!(kernel_failure("[ 1.0] all fine\n").is_none());
+    }
+}

@@ -1,0 +1,114 @@
+//! Boots the real emulated CXL host. Without QEMU 10 or the kernel these tests
+//! fail and say to run `cargo xtask setup`; they never skip.
+
+use std::time::Duration;
+
+use testbed::{Error, VmConfig};
+
+fn run(cfg: &VmConfig, script: &str) -> Result<testbed::VmOutput, Error> {
+    match testbed::run(cfg, script) {
+        // The message already says "run `cargo xtask setup`".
+        Err(e @ Error::NotSetUp { .. }) => panic!("{e}"),
+        r => r,
+    }
+}
+
+fn cfg(timeout_s: u64) -> VmConfig {
+    VmConfig {
+        timeout: Duration::from_secs(timeout_s),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn guest_has_two_tiers_a_cpuless_node_and_memcg() {
+    let out = run(
+        &cfg(120),
+        r#"
+echo "online $(cat /sys/devices/system/node/online)"
+echo "has_cpu $(cat /sys/devices/system/node/has_cpu)"
+echo "node1_cpulist [$(cat /sys/devices/system/node/node1/cpulist)]"
+for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
+    echo "tier ${d##*/} $(cat $d/nodelist)"
+done
+echo "controllers $(cat /sys/fs/cgroup/cgroup.controllers)"
+echo "subtree $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+grep cgroup2 /proc/mounts
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = &out.output;
+    assert_eq!(out.exit_code, 0, "{o}");
+    assert!(o.contains("online 0-1\n"), "{o}");
+    assert!(o.contains("has_cpu 0\n"), "{o}");
+    assert!(o.contains("node1_cpulist []\n"), "{o}");
+    let tiers: Vec<(u32, String)> = o
+        .lines()
+        .filter_map(|l| l.strip_prefix("tier memory_tier"))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, nodes)| (n.parse().unwrap(), nodes.to_string()))
+        .collect();
+    assert_eq!(tiers.len(), 2, "{o}");
+    let fast = tiers.iter().min().unwrap();
+    let slow = tiers.iter().max().unwrap();
+    assert_eq!((fast.1.as_str(), slow.1.as_str()), ("0", "1"), "{o}");
+    let subtree = o.lines().find(|l| l.starts_with("subtree ")).unwrap();
+    assert!(
+        subtree.contains("memory") && subtree.contains("cpuset"),
+        "{o}"
+    );
+    assert!(
+        o.contains("nsdelegate") && o.contains("memory_recursiveprot"),
+        "{o}"
+    );
+    // Kernel messages stay out of the script's output.
+    assert!(!o.contains("] "), "{o}");
+    assert!(
+        out.console.contains("Linux version 6.12"),
+        "{}",
+        out.console
+    );
+    assert!(out.boot_duration < out.duration);
+}
+
+#[test]
+fn exit_code_propagates() {
+    let out = run(&cfg(120), "echo before; exit 3").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.exit_code, 3);
+    assert_eq!(out.output, "before\n");
+}
+
+#[test]
+fn timeout_is_an_error() {
+    match run(&cfg(10), "echo sleeping; sleep 1000") {
+        Err(Error::Timeout { after, .. }) => assert_eq!(after, Duration::from_secs(10)),
+        r => panic!("expected a timeout, got {r:?}"),
+    }
+}
+
+#[test]
+fn missing_tiers_is_an_error() {
+    let cfg = VmConfig {
+        expect_tiers: 3,
+        ..cfg(120)
+    };
+    match run(&cfg, "echo should not run") {
+        Err(Error::MissingTiers {
+            found: 2,
+            expected: 3,
+            listing,
+        }) => assert!(
+            listing.contains("=0") && listing.contains("=1"),
+            "{listing}"
+        ),
+        r => panic!("expected missing tiers, got {r:?}"),
+    }
+}
+
+#[test]
+fn kernel_panic_is_an_error() {
+    match run(&cfg(120), "echo c > /proc/sysrq-trigger; sleep 5; exit 0") {
+        Err(Error::Kernel { excerpt }) => assert!(excerpt.contains("Kernel panic"), "{excerpt}"),
+        r => panic!("expected a kernel failure, got {r:?}"),
+    }
+}
