@@ -157,8 +157,10 @@ pub struct ContainerPlan {
     pub demote_bytes: u64,
     /// Promotion budget this cycle (after band and rate limits); 0 if none.
     pub promote_bytes: u64,
-    /// Value for `memory.low`: protects containers at or under target from
-    /// kswapd demotion; 0 for containers over target.
+    /// Value for `memory.low`, in bytes: the container's usage (full
+    /// protection from kswapd demotion) while its fast-tier bytes are at most
+    /// its target, and for pinned containers; 0 once it holds more than its
+    /// target, so kswapd demotes from those first.
     pub memory_low_bytes: u64,
     pub state: PlacementState,
 }

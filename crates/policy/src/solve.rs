@@ -172,9 +172,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     }
 
     // Protection (Equilibria: memory.low steers kswapd demotion away).
+    // It flips at the target itself, not at the band edge: a container inside
+    // the band but above its target is left unprotected, so that when kswapd
+    // must demote (promotions, new allocations) it takes from the containers
+    // holding more than their share. Protecting everyone inside the band makes
+    // every memcg protected, and the kernel then ignores memory.low for all of
+    // them (seen in the emulated host: an at-target container lost 19 MiB).
     for (p, c) in plans.iter_mut().zip(&cs) {
         p.memory_low_bytes = match p.state {
             PlacementState::OverTarget => 0,
+            PlacementState::AtTarget if c.fast_bytes > p.target_bytes => 0,
             PlacementState::Pinned | PlacementState::AtTarget | PlacementState::UnderTarget => {
                 usage_bytes(c)
             }
