@@ -38,6 +38,18 @@ enum Cmd {
     },
     /// Everything CI runs: setup, fmt, clippy, release build, all tests.
     Test,
+    /// The main job: tierd managing real containers in the emulated CXL host,
+    /// each scenario under kernel tiering only and then under tierd, same boot.
+    Demo {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// Scenario files (default: every file in benches/scenarios/).
+        #[arg(long = "scenario", value_name = "FILE")]
+        scenarios: Vec<PathBuf>,
+        /// Override each scenario's duration per mode, seconds.
+        #[arg(long)]
+        duration_s: Option<u64>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -73,7 +85,7 @@ impl VmArgs {
 }
 
 /// Binaries the guest gets from target/release, when built.
-const GUEST_BINARIES: [&str; 3] = ["tierd", "tierctl", "tierload"];
+const GUEST_BINARIES: [&str; 4] = ["tierd", "tierctl", "tierload", "tierscen"];
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -122,6 +134,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             fixtures::capture(&assets, vm.config())?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Demo {
+            vm,
+            scenarios,
+            duration_s,
+        } => demo(vm, scenarios, duration_s),
         Cmd::Test => {
             setup()?;
             cargo(&["fmt", "--all", "--check"])?;
@@ -138,6 +155,75 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Runs `tierscen` on each scenario in one boot; tierd's /metrics is printed
+/// at the end of the last one.
+fn demo(vm: VmArgs, mut scenarios: Vec<PathBuf>, duration_s: Option<u64>) -> Result<ExitCode> {
+    setup()?;
+    build_release()?;
+    if scenarios.is_empty() {
+        let dir = testbed::workspace_root().join("benches/scenarios");
+        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                scenarios.push(p);
+            }
+        }
+        scenarios.sort();
+    }
+    let mut cfg = vm.config();
+    cfg.binaries = built_binaries();
+    cfg.files = guest_files();
+    cfg.echo_output = true;
+    let mut script = String::from("set -e\n");
+    let mut total_s = 60;
+    for (i, sc) in scenarios.iter().enumerate() {
+        let text = std::fs::read_to_string(sc).with_context(|| sc.display().to_string())?;
+        let v: toml::Value = toml::from_str(&text).with_context(|| sc.display().to_string())?;
+        let d = duration_s
+            .or_else(|| {
+                v.get("duration_s")
+                    .and_then(|d| d.as_integer())
+                    .map(|d| d as u64)
+            })
+            .unwrap_or(120);
+        total_s += 2 * (d + 60);
+        let guest = format!("/scenarios/{}", sc.file_name().unwrap().to_string_lossy());
+        cfg.files.push((sc.clone(), guest.clone()));
+        let mut cmd = format!("tierscen {guest}");
+        if let Some(d) = duration_s {
+            cmd += &format!(" --duration-s {d}");
+        }
+        if i + 1 == scenarios.len() {
+            cmd += " --metrics";
+        }
+        script += &cmd;
+        script += "\n";
+    }
+    cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
+    eprintln!(
+        "xtask: running {} scenario(s) in the emulated CXL host ({} vCPUs, {} MiB DRAM + {} MiB CXL), up to {} s",
+        scenarios.len(),
+        cfg.cpus,
+        cfg.dram_mib,
+        cfg.cxl_mib,
+        cfg.timeout.as_secs()
+    );
+    let out = run_streaming(&cfg, &script)?;
+    Ok(ExitCode::from(out.clamp(0, 255) as u8))
+}
+
+/// Runs a script in the guest; its output streams to stdout as it comes.
+fn run_streaming(cfg: &testbed::VmConfig, script: &str) -> Result<i32> {
+    let out = testbed::run(cfg, script).context("emulated CXL host")?;
+    eprintln!(
+        "xtask: guest exited {} after {:.1} s (boot {:.1} s)",
+        out.exit_code,
+        out.duration.as_secs_f64(),
+        out.boot_duration.as_secs_f64()
+    );
+    Ok(out.exit_code)
 }
 
 fn setup() -> Result<testbed::Assets> {

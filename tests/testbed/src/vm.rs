@@ -34,6 +34,8 @@ pub struct VmConfig {
     pub modules: Vec<String>,
     /// Stream the guest console and the script's output to our stderr live.
     pub echo: bool,
+    /// Stream only the script's output (no kernel log) to our stdout live.
+    pub echo_output: bool,
     /// Minimum number of `/sys/devices/virtual/memory_tiering/memory_tier*`
     /// directories; fewer is [`Error::MissingTiers`] (default 2, 0 = no check).
     pub expect_tiers: usize,
@@ -54,6 +56,7 @@ impl Default for VmConfig {
             files: Vec::new(),
             modules: Vec::new(),
             echo: false,
+            echo_output: false,
             expect_tiers: 2,
             kernel_args: Vec::new(),
             qemu_args: Vec::new(),
@@ -209,7 +212,7 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
     let mut boot_duration = None;
     let mut exit_seen: Option<Instant> = None;
     let mut timed_out = false;
-    let mut tail = OutputTail::new(out_path.clone(), cfg.echo);
+    let mut tail = OutputTail::new(out_path.clone(), cfg.echo, cfg.echo_output);
     loop {
         if child.try_wait().ok().flatten().is_some() {
             break;
@@ -371,16 +374,23 @@ fn pump(mut from: impl Read, into: &Mutex<Vec<u8>>, echo: bool) {
     }
 }
 
-/// Copies what the guest wrote to the output port to stderr as it arrives.
+/// Copies what the guest wrote to the output port as it arrives: to stderr
+/// with `echo` (beside the console), to stdout with `echo_output`.
 struct OutputTail {
     path: PathBuf,
     pos: u64,
     echo: bool,
+    to_stdout: bool,
 }
 
 impl OutputTail {
-    fn new(path: PathBuf, echo: bool) -> Self {
-        OutputTail { path, pos: 0, echo }
+    fn new(path: PathBuf, echo: bool, to_stdout: bool) -> Self {
+        OutputTail {
+            path,
+            pos: 0,
+            echo: echo || to_stdout,
+            to_stdout,
+        }
     }
 
     fn poll(&mut self) {
@@ -398,9 +408,15 @@ impl OutputTail {
                 .split_inclusive('\n')
                 .filter(|l| !l.starts_with("##TESTBED-EXIT-"))
                 .collect();
-            let mut e = std::io::stderr().lock();
-            let _ = e.write_all(text.as_bytes());
-            let _ = e.flush();
+            if self.to_stdout {
+                let mut o = std::io::stdout().lock();
+                let _ = o.write_all(text.as_bytes());
+                let _ = o.flush();
+            } else {
+                let mut e = std::io::stderr().lock();
+                let _ = e.write_all(text.as_bytes());
+                let _ = e.flush();
+            }
         }
     }
 }

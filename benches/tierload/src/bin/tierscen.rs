@@ -435,8 +435,13 @@ fn run_mode(
                 }
                 samples.push(s);
             }
-            if mode == Mode::Tierd && all_within && converged_s.is_none() {
-                converged_s = Some(t - last_start as f64);
+            if mode == Mode::Tierd && t >= last_start as f64 {
+                // Converged = within ±5% from this sample on: reset on every miss.
+                match (all_within, converged_s) {
+                    (true, None) => converged_s = Some(t - last_start as f64),
+                    (false, _) => converged_s = None,
+                    _ => {}
+                }
             }
             println!("{line}");
         }
@@ -508,6 +513,25 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                             .unwrap_or_else(|| "-".into()),
                     );
                 }
+            }
+        }
+        for c in &sc.containers {
+            let reached = r
+                .samples
+                .iter()
+                .find(|s| s.container == c.name && s.hot_residency.is_some_and(|h| h >= 0.95));
+            match reached {
+                Some(s) => println!(
+                    "{:<8} {}: hot set >= 95% on the fast tier {:.0} s after its start",
+                    format!("{:?}", r.mode).to_lowercase(),
+                    c.name,
+                    s.t_s - c.start_s as f64
+                ),
+                None => println!(
+                    "{:<8} {}: hot set never reached 95% on the fast tier",
+                    format!("{:?}", r.mode).to_lowercase(),
+                    c.name
+                ),
             }
         }
         if r.mode == Mode::Tierd {
