@@ -430,13 +430,13 @@ impl Controller {
     /// opt_out: confine the container's memory to the fast tier. In cgroup v2
     /// a cpuset.mems change migrates existing pages too (asynchronously).
     fn pin(&mut self, m: &Managed, fast: &NodeSet) {
-        if let Some(parent) = ancestors(&m.path).last().cloned().or(Some(String::new())) {
-            if let Err(e) = self.cg.enable_controllers(&parent, &["cpuset"]) {
-                tracing::warn!(container = %m.path, error = %e,
-                    "cannot enable the cpuset controller for opt_out; the container stays unpinned");
-                self.count_error(&m.path, "cpuset", &e);
-                return;
-            }
+        // cpuset.mems exists only where the parent enables the controller.
+        let parent = ancestors(&m.path).pop().unwrap_or_default();
+        if let Err(e) = self.cg.enable_controllers(&parent, &["cpuset"]) {
+            tracing::warn!(container = %m.path, error = %e,
+                "cannot enable the cpuset controller for opt_out; the container stays unpinned");
+            self.count_error(&m.path, "cpuset", &e);
+            return;
         }
         let original = self.cg.cpuset_mems(&m.path).unwrap_or_default();
         match self.cg.set_cpuset_mems(&m.path, fast) {
@@ -485,7 +485,17 @@ impl Controller {
             if self.cg.cgroup_id(&path).ok() != Some(w.id) {
                 continue;
             }
-            if let Err(e) = self.cg.set_cpuset_mems(&path, &w.original) {
+            let mut res = self.cg.set_cpuset_mems(&path, &w.original);
+            if res.is_err() && w.original.is_empty() {
+                // An empty cpuset.mems ("inherit") cannot be written back while
+                // the cgroup has tasks (ENOSPC); the parent's effective nodes
+                // are what it had.
+                let parent = ancestors(&path).pop().unwrap_or_default();
+                if let Ok(nodes) = self.cg.cpuset_mems_effective(&parent) {
+                    res = self.cg.set_cpuset_mems(&path, &nodes);
+                }
+            }
+            if let Err(e) = res {
                 tracing::warn!(container = %path, error = %e, "cannot restore cpuset.mems");
             }
         }

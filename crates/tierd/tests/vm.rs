@@ -349,3 +349,64 @@ echo "knobs $(cat /sys/kernel/mm/numa/demotion_enabled)"
         "a refused config must change nothing:\n{o}"
     );
 }
+
+#[test]
+fn opt_out_pins_to_the_fast_tier_and_is_restored() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+mkcg tenants.slice/pay
+start_in tenants.slice/pay tierload hotset --size-mib 64 --hot-mib 8 --report-s 60
+wait_usage tenants.slice/pay 60 60
+# Put part of it on the lower tier first.
+echo 1 > /sys/kernel/mm/numa/demotion_enabled
+echo 32M > $CG/tenants.slice/pay/memory.reclaim
+echo 0 > /sys/kernel/mm/numa/demotion_enabled
+emit_node tenants.slice/pay
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/pay"
+opt_out = true
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+for i in $(seq 20); do
+    sleep 1
+    [ "$(node_mib tenants.slice/pay 1)" -eq 0 ] && break
+done
+echo "MEMS $(cat $CG/tenants.slice/pay/cpuset.mems)"
+emit_node tenants.slice/pay
+emit_status
+kill -TERM $TIERD
+wait $TIERD
+echo "AFTER [$(cat $CG/tenants.slice/pay/cpuset.mems)]"
+"#,
+        300,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let n = nodes(&g.output, "tenants.slice/pay");
+    assert!(
+        n[0].1 >= 16,
+        "setup should have demoted pages to node 1: {n:?}"
+    );
+    assert!(g.output.lines().any(|l| l == "MEMS 0"), "{}", g.output);
+    assert_eq!(
+        n[1].1, 0,
+        "pinned container still has pages on node 1: {n:?}"
+    );
+    let st = statuses(&g.output);
+    let c = container(&st[0], "tenants.slice/pay").unwrap();
+    assert_eq!(c.state, "pinned");
+    assert!(
+        // Empty ("inherit") cannot be written back while the cgroup has
+        // tasks; the parent's effective nodes are the same placement.
+        g.output
+            .lines()
+            .any(|l| l == "AFTER []" || l == "AFTER [0-1]"),
+        "cpuset.mems not restored:\n{}",
+        g.output
+    );
+}

@@ -539,7 +539,9 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                 Some(t) => println!(
                     "tierd: all containers within ±5% of target {t:.0} s after the last start"
                 ),
-                None => println!("tierd: containers did not all come within ±5% of target"),
+                None => println!(
+                    "tierd: containers were not all within ±5% of their targets at the end"
+                ),
             }
         }
     }
