@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::metrics::{
-    gauge_bytes, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels, ContainerReasonLabels,
-    ContainerStateLabels, Metrics, NodeLabels, TierLabel,
+    gauge_bytes, tier_label, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels,
+    ContainerReasonLabels, ContainerStateLabels, Metrics, NodeLabels,
 };
 use crate::topology::Topology;
 
@@ -513,11 +513,7 @@ impl Controller {
         let mt = &self.metrics;
         let fast = self.topo.fast_nodes();
         for n in &self.topo.nodes {
-            let tier = if fast.contains(&n.id) {
-                TierLabel::Fast
-            } else {
-                TierLabel::Lower
-            };
+            let tier = tier_label(fast.contains(&n.id));
             let l = NodeLabels { node: n.id, tier };
             mt.node_capacity_bytes
                 .get_or_create(&l)
@@ -548,11 +544,7 @@ impl Controller {
             };
             if let Some(nodes) = per_node.get(&m.id) {
                 for (&node, &b) in nodes {
-                    let tier = if fast.contains(&node) {
-                        TierLabel::Fast
-                    } else {
-                        TierLabel::Lower
-                    };
+                    let tier = tier_label(fast.contains(&node));
                     mt.container_memory_bytes
                         .get_or_create(&ContainerNodeLabels {
                             container: m.path.clone(),

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,13 +20,16 @@ pub struct ContainerLabels {
 pub struct ContainerNodeLabels {
     pub container: String,
     pub node: u32,
-    pub tier: TierLabel,
+    pub tier: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum TierLabel {
-    Fast,
-    Lower,
+/// The `tier` label: `fast` (top tier) or `lower`.
+pub fn tier_label(fast: bool) -> &'static str {
+    if fast {
+        "fast"
+    } else {
+        "lower"
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,7 +55,7 @@ pub struct ContainerErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub node: u32,
-    pub tier: TierLabel,
+    pub tier: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

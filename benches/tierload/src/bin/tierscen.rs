@@ -307,6 +307,7 @@ fn run_mode(
     let fast = nodes_with_cpus();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     let mut tierd: Option<Child> = None;
+    let watchdog_pings = Arc::new(Mutex::new(0u64));
     let mut addr = String::from("127.0.0.1:9464");
     match mode {
         Mode::Kernel => {
@@ -334,6 +335,8 @@ fn run_mode(
             let child = Command::new("tierd")
                 .args(["--config", cfg_path.to_str().unwrap(), "run"])
                 .env("NOTIFY_SOCKET", &sock_path)
+                // As systemd's WatchdogSec=10 would: tierd pings every cycle.
+                .env("WATCHDOG_USEC", "10000000")
                 .stdout(log.try_clone()?)
                 .stderr(log)
                 .spawn()
@@ -355,6 +358,18 @@ fn run_mode(
                 }
             }
             println!("tierd is ready (sd_notify READY=1)");
+            let pings = watchdog_pings.clone();
+            thread::spawn(move || {
+                let mut buf = [0u8; 512];
+                while let Ok(n) = sock.recv(&mut buf) {
+                    if String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .any(|l| l == "WATCHDOG=1")
+                    {
+                        *pings.lock().unwrap() += 1;
+                    }
+                }
+            });
             http_get(&addr, "/status").context("tierd is ready but does not serve /status")?;
         }
     }
@@ -461,6 +476,11 @@ fn run_mode(
             libc::kill(t.id() as i32, libc::SIGTERM);
         }
         let st = t.wait()?;
+        println!(
+            "tierd sent {} sd_notify WATCHDOG=1 pings in {:.0} s and exited with {st}",
+            watchdog_pings.lock().unwrap(),
+            start.elapsed().as_secs_f64()
+        );
         if !st.success() {
             bail!("tierd exited with {st}; see /tmp/tierd-{}.log", sc.name);
         }
