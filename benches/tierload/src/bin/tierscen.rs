@@ -332,7 +332,10 @@ fn run_mode(
             let _ = fs::remove_file(&sock_path);
             let sock = UnixDatagram::bind(&sock_path).context("bind the notify socket")?;
             sock.set_read_timeout(Some(Duration::from_secs(60)))?;
-            let child = Command::new("tierd")
+            // systemd also sets WATCHDOG_PID (sd_notify checks it): the shell's
+            // pid is tierd's after exec.
+            let child = Command::new("sh")
+                .args(["-c", "export WATCHDOG_PID=$$; exec tierd \"$@\"", "sh"])
                 .args(["--config", cfg_path.to_str().unwrap(), "run"])
                 .env("NOTIFY_SOCKET", &sock_path)
                 // As systemd's WatchdogSec=10 would: tierd pings every cycle.
