@@ -1,0 +1,120 @@
+//! One control-loop cycle on a copy of the kernel files captured in the 6.12
+//! guest (`tests/fixtures/linux-6.12`): sampling, solving and the cgroup writes,
+//! without a VM. The captured `test.slice/app` has 117.6 MiB on node 0 (fast)
+//! and 16 MiB on node 1.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tierd::config::Config;
+use tierd::controller::{Controller, Status};
+use tierd::metrics::Metrics;
+
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/linux-6.12"
+);
+const APP: &str = "sys/fs/cgroup/test.slice/app";
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// A writable copy of the fixture tree, with the write-only `memory.reclaim`
+/// that the capture could not read.
+fn host() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(Path::new(FIXTURES), dir.path());
+    std::fs::write(dir.path().join(APP).join("memory.reclaim"), "").unwrap();
+    let root = dir.path().to_owned();
+    (dir, root)
+}
+
+fn controller(root: &Path, policy: &str) -> (Controller, Arc<Metrics>, Arc<Mutex<Status>>) {
+    let text = format!(
+        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\n\n[[policy]]\nmatch = \"test.slice/*\"\n{policy}\n",
+        root.join("sys/fs/cgroup"),
+        root.join("sys"),
+        root.join("proc"),
+    );
+    let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+    let metrics = Arc::new(Metrics::new("kernel"));
+    let status = Arc::new(Mutex::new(Status::default()));
+    let c = Controller::new(cfg, metrics.clone(), status.clone()).unwrap();
+    (c, metrics, status)
+}
+
+fn read(root: &Path, file: &str) -> String {
+    std::fs::read_to_string(root.join(APP).join(file))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn over_target_container_gets_memory_reclaim_and_no_protection() {
+    let (_dir, root) = host();
+    let (mut c, metrics, status) = controller(&root, "local_high = \"50%\"");
+    assert!(!c.observe_only());
+    let plan = c.cycle().unwrap();
+    let p = &plan.containers[0];
+    let usage = 67252224 + 50331648 + 16777216;
+    assert_eq!(p.target_bytes, usage / 2);
+    let fast = 67252224 + 50331648;
+    assert_eq!(p.demote_bytes, fast - usage / 2);
+    assert_eq!(read(&root, "memory.reclaim"), p.demote_bytes.to_string());
+    assert_eq!(read(&root, "memory.low"), "0");
+    let s = status.lock().unwrap().clone();
+    assert_eq!(s.containers[0].container, "test.slice/app");
+    assert_eq!(s.containers[0].state, "over_target");
+    assert_eq!(s.containers[0].fast_bytes, fast);
+    assert_eq!(s.containers[0].lower_bytes, 16777216);
+    let m = metrics.encode();
+    for line in [
+        format!("tierd_container_target_bytes{{container=\"test.slice/app\"}} {}", usage / 2),
+        format!(
+            "tierd_container_memory_bytes{{container=\"test.slice/app\",node=\"1\",tier=\"lower\"}} {}",
+            16777216
+        ),
+        format!(
+            "tierd_container_demote_requested_bytes_total{{container=\"test.slice/app\"}} {}",
+            p.demote_bytes
+        ),
+        "tierd_host_tiered 1".to_string(),
+    ] {
+        assert!(m.lines().any(|l| l == line), "missing {line:?} in\n{m}");
+    }
+}
+
+#[test]
+fn container_under_target_is_protected_with_its_usage() {
+    let (_dir, root) = host();
+    let (mut c, _, _) = controller(&root, "local_low = \"200MiB\"");
+    let plan = c.cycle().unwrap();
+    let p = &plan.containers[0];
+    let usage = 67252224 + 50331648 + 16777216;
+    assert_eq!(p.target_bytes, usage);
+    assert_eq!(p.demote_bytes, 0);
+    assert_eq!(read(&root, "memory.low"), usage.to_string());
+    assert_eq!(read(&root, "memory.reclaim"), "", "nothing to demote");
+}
+
+#[test]
+fn vanished_cgroup_is_skipped_not_fatal() {
+    let (_dir, root) = host();
+    let (mut c, _, status) = controller(&root, "");
+    c.cycle().unwrap();
+    std::fs::remove_dir_all(root.join(APP)).unwrap();
+    let plan = c.cycle().unwrap();
+    assert!(plan.containers.is_empty());
+    assert!(status.lock().unwrap().containers.is_empty());
+}
