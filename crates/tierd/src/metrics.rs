@@ -69,6 +69,8 @@ type GaugeF = Gauge<f64, AtomicU64>;
 /// Every metric tierd exports.
 pub struct Metrics {
     registry: Registry,
+    /// Registered names (without the `_total` counters get on the wire).
+    names: Vec<&'static str>,
     pub container_memory_bytes: Family<ContainerNodeLabels, Gauge>,
     pub container_local_ratio: Family<ContainerLabels, GaugeF>,
     pub container_target_bytes: Family<ContainerLabels, Gauge>,
@@ -97,10 +99,12 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(promotion: &'static str) -> Metrics {
         let mut r = Registry::default();
+        let mut names = Vec::new();
         macro_rules! reg {
             ($name:literal, $help:literal, $m:expr) => {{
                 let m = $m;
                 r.register($name, $help, m.clone());
+                names.push($name);
                 m
             }};
         }
@@ -129,6 +133,7 @@ impl Metrics {
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
             info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),
             registry: r,
+            names,
         };
         m.info
             .get_or_create(&InfoLabels {
@@ -151,6 +156,12 @@ impl Metrics {
         self.container_local_high_bytes.clear();
         self.container_memory_low_bytes.clear();
         self.container_state.clear();
+    }
+
+    /// Names of every registered metric family, as registered (counters get
+    /// `_total` appended in the exposition).
+    pub fn names(&self) -> &[&'static str] {
+        &self.names
     }
 
     /// OpenMetrics text exposition.

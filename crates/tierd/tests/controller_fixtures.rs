@@ -118,3 +118,36 @@ fn vanished_cgroup_is_skipped_not_fatal() {
     assert!(plan.containers.is_empty());
     assert!(status.lock().unwrap().containers.is_empty());
 }
+
+/// Every metric the shipped Grafana dashboard queries is one tierd registers,
+/// so the dashboard cannot rot.
+#[test]
+fn grafana_dashboard_queries_exported_metrics() {
+    let metrics = Metrics::new("kernel");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/grafana/tierd-dashboard.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(i) = rest.find("tierd_") {
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + name.len()..];
+                let family = name.trim_end_matches("_bucket").trim_end_matches("_total");
+                assert!(
+                    metrics.names().contains(&family),
+                    "dashboard panel {:?} queries {name}, which tierd does not export",
+                    panel["title"]
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 15, "only {checked} metric references found");
+}
