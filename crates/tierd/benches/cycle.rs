@@ -16,29 +16,16 @@ const FIXTURES: &str = concat!(
     "/../../tests/fixtures/linux-6.12"
 );
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
 fn cycle(c: &mut Criterion) {
     let mut g = c.benchmark_group("control-loop cycle");
     for n in [1usize, 32, 256] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        copy_tree(Path::new(FIXTURES), root);
+        testbed::copy_tree(Path::new(FIXTURES), root);
         let app = root.join("sys/fs/cgroup/test.slice/app");
         std::fs::write(app.join("memory.reclaim"), "").unwrap();
         for i in 1..n {
-            copy_tree(&app, &root.join(format!("sys/fs/cgroup/test.slice/app{i}")));
+            testbed::copy_tree(&app, &root.join(format!("sys/fs/cgroup/test.slice/app{i}")));
         }
         let text = format!(
             "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\n[limits]\ndemote_rate = \"1TiB\"\nglobal_demote_rate = \"1TiB\"\n[[policy]]\nmatch = \"test.slice/*\"\nlocal_high = \"50%\"\n",

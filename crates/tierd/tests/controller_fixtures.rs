@@ -16,24 +16,11 @@ const FIXTURES: &str = concat!(
 );
 const APP: &str = "sys/fs/cgroup/test.slice/app";
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
 /// A writable copy of the fixture tree, with the write-only `memory.reclaim`
 /// that the capture could not read.
 fn host() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    copy_tree(Path::new(FIXTURES), dir.path());
+    testbed::copy_tree(Path::new(FIXTURES), dir.path());
     std::fs::write(dir.path().join(APP).join("memory.reclaim"), "").unwrap();
     let root = dir.path().to_owned();
     (dir, root)

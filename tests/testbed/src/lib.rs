@@ -140,3 +140,21 @@ pub fn guest_binaries(names: &[&str]) -> Result<Vec<PathBuf>> {
         })
         .collect()
 }
+
+/// Copies the directory tree `from` into `to` (created if missing): regular
+/// files and directories only. Host-side tests use it to get a writable copy of
+/// a fixture tree such as `tests/fixtures/linux-6.12`.
+///
+/// Panics on I/O errors: it is for tests and benchmarks.
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    for e in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap_or_else(|err| panic!("{}: {err}", dst.display()));
+        }
+    }
+}
