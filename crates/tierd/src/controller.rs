@@ -169,16 +169,16 @@ impl Controller {
         })?;
         all.sort_by(|a, b| a.path.cmp(&b.path));
         let mut out: Vec<Managed> = Vec::new();
+        // Paths already managed (parents sort before children): a cgroup below
+        // one of them is part of it. One set lookup per ancestor keeps
+        // discovery linear in the number of cgroups.
+        let mut managed_paths = std::collections::HashSet::new();
         for c in all {
-            if c.path.is_empty() {
-                continue;
-            }
-            if out.iter().any(|m| {
-                c.path.starts_with(&m.path) && c.path.as_bytes().get(m.path.len()) == Some(&b'/')
-            }) {
+            if c.path.is_empty() || ancestors(&c.path).iter().any(|a| managed_paths.contains(a)) {
                 continue;
             }
             if let Some(i) = self.cfg.match_policy(&c.path) {
+                managed_paths.insert(c.path.clone());
                 out.push(Managed {
                     path: c.path,
                     id: c.id,
@@ -563,28 +563,21 @@ impl Controller {
                     s.fast_bytes as f64 / usage as f64
                 });
             let Some(p) = plan.get(m.id) else { continue };
-            mt.container_target_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(p.target_bytes));
-            mt.container_demand_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(p.demand_bytes));
-            mt.container_guarantee_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(p.guarantee_bytes));
-            mt.container_local_low_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(p.local_low_bytes));
-            mt.container_local_high_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(p.local_high_bytes));
-            mt.container_memory_low_bytes
-                .get_or_create(&c)
-                .set(gauge_bytes(if self.observe_only {
-                    0
-                } else {
-                    p.memory_low_bytes
-                }));
+            let written_low = if self.observe_only {
+                0
+            } else {
+                p.memory_low_bytes
+            };
+            for (family, bytes) in [
+                (&mt.container_target_bytes, p.target_bytes),
+                (&mt.container_demand_bytes, p.demand_bytes),
+                (&mt.container_guarantee_bytes, p.guarantee_bytes),
+                (&mt.container_local_low_bytes, p.local_low_bytes),
+                (&mt.container_local_high_bytes, p.local_high_bytes),
+                (&mt.container_memory_low_bytes, written_low),
+            ] {
+                family.get_or_create(&c).set(gauge_bytes(bytes));
+            }
             mt.container_state
                 .get_or_create(&ContainerStateLabels {
                     container: m.path.clone(),

@@ -138,3 +138,30 @@ fn grafana_dashboard_queries_exported_metrics() {
     }
     assert!(checked >= 15, "only {checked} metric references found");
 }
+
+/// A matched cgroup is one container with its descendants: a child that the
+/// same glob matches is not managed on its own.
+#[test]
+fn nested_matches_are_one_container() {
+    let (_dir, root) = host();
+    // Copied beside it first: copying a tree into itself would never end.
+    testbed::copy_tree(&root.join(APP), &root.join("worker"));
+    std::fs::rename(root.join("worker"), root.join(APP).join("worker")).unwrap();
+    let text = format!(
+        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\n[[policy]]\nmatch = \"test.slice/**\"\n",
+        root.join("sys/fs/cgroup"),
+        root.join("sys"),
+    );
+    let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+    let status = Arc::new(Mutex::new(Status::default()));
+    let mut c = Controller::new(cfg, Arc::new(Metrics::new("kernel")), status.clone()).unwrap();
+    c.cycle().unwrap();
+    let names: Vec<String> = status
+        .lock()
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| c.container.clone())
+        .collect();
+    assert_eq!(names, ["test.slice/app"]);
+}
