@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod metrics;
+pub mod mover;
 pub mod sysctl;
 pub mod topology;
 

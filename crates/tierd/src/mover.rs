@@ -1,0 +1,1 @@
+//! move_pages(2) placement queries and page moves (being written).
