@@ -38,6 +38,7 @@ fn host(n: usize) -> Snapshot {
                         1 => Share::Bytes(next() % (2 * GIB)),
                         _ => Share::Fraction((next() % 50) as f64 / 100.0),
                     },
+                    migrations: Default::default(),
                     local_high: match (r >> 8) % 3 {
                         0 => Share::Fraction(1.0),
                         1 => Share::Bytes(GIB + next() % (4 * GIB)),

@@ -7,6 +7,7 @@
 mod bucket;
 mod model;
 mod solve;
+mod thrash;
 
 pub use model::*;
 pub use solve::solve;

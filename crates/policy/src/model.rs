@@ -67,6 +67,21 @@ pub struct ContainerSnapshot {
     /// `None` means demand falls back to usage (`fast_bytes + slow_bytes`).
     pub hot_bytes: Option<u64>,
     pub policy: ContainerPolicy,
+    /// Bytes the container's pages crossed tiers since the previous snapshot
+    /// (input to thrash detection; all zero when unknown).
+    pub migrations: Migrations,
+}
+
+/// Tier crossings of one container since the previous snapshot, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Migrations {
+    /// Fast → lower tier: kswapd, memory.reclaim, and tierd's own movers.
+    pub demoted_bytes: u64,
+    /// Lower → fast tier: NUMA-balancing promotion and tierd's own movers.
+    pub promoted_bytes: u64,
+    /// Promoted bytes that tierd's own records show it had demoted within the
+    /// thrash window (exact ping-pong; 0 where no records are kept).
+    pub pingpong_bytes: u64,
 }
 
 impl ContainerSnapshot {
@@ -109,6 +124,35 @@ pub struct PolicyParams {
     pub global_promote_bytes_per_s: u64,
     /// Token bucket depth, in seconds of refill.
     pub burst_s: f64,
+    /// Ping-pong detection and damping.
+    pub thrash: ThrashParams,
+}
+
+/// Thrash control (DESIGN.md rule 4). Ping-pong is estimated per container
+/// over a sliding window as `max(pingpong_bytes, min(demoted, promoted))`:
+/// bytes that went down and came back up. Above `pingpong_bytes_per_s` the
+/// container's damping level rises by one (at most once per half window, up
+/// to `max_level`); each level halves its promotion budget and doubles its
+/// hysteresis band (Equilibria halves the promotion rate of a thrashing
+/// cgroup; its scan-rate floor is 1/16, hence `max_level` 4). The level falls
+/// by one after the rate has stayed below half the threshold for `settle_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThrashParams {
+    pub window_ms: u64,
+    pub pingpong_bytes_per_s: u64,
+    pub settle_ms: u64,
+    pub max_level: u32,
+}
+
+impl Default for ThrashParams {
+    fn default() -> Self {
+        ThrashParams {
+            window_ms: 30_000,
+            pingpong_bytes_per_s: 1 << 20,
+            settle_ms: 30_000,
+            max_level: 4,
+        }
+    }
 }
 
 impl Default for PolicyParams {
@@ -122,6 +166,7 @@ impl Default for PolicyParams {
             container_promote_bytes_per_s: 32 << 20,
             global_promote_bytes_per_s: 128 << 20,
             burst_s: 2.0,
+            thrash: ThrashParams::default(),
         }
     }
 }
@@ -163,6 +208,11 @@ pub struct ContainerPlan {
     /// target, so kswapd demotes from those first.
     pub memory_low_bytes: u64,
     pub state: PlacementState,
+    /// Thrash damping level (0 = none): promotion budget ÷ 2^level, band ×
+    /// 2^level; movers also lengthen the minimum idle age before demotion.
+    pub damping_level: u32,
+    /// Ping-pong estimate over the thrash window, bytes/s.
+    pub pingpong_bytes_per_s: u64,
 }
 
 /// The solver's output for one cycle.
@@ -198,4 +248,19 @@ pub struct PolicyState {
     pub promote_tokens: std::collections::BTreeMap<ContainerId, f64>,
     pub global_demote_tokens: f64,
     pub global_promote_tokens: f64,
+    /// Sum of `elapsed_ms` over all snapshots: the policy's own clock.
+    pub clock_ms: u64,
+    pub thrash: std::collections::BTreeMap<ContainerId, ThrashState>,
+}
+
+/// Per-container thrash detector state (see [`ThrashParams`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ThrashState {
+    /// (clock_ms, demoted, promoted, pingpong) per snapshot inside the window.
+    pub samples: std::collections::VecDeque<(u64, u64, u64, u64)>,
+    pub level: u32,
+    /// Clock of the last level increase.
+    pub raised_ms: Option<u64>,
+    /// Since when the rate has stayed below half the threshold.
+    pub calm_since_ms: Option<u64>,
 }

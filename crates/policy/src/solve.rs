@@ -125,13 +125,53 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         })
         .collect();
     let extra = water_fill(pool_bytes - guaranteed, &items);
+    let mut given = guaranteed;
     for ((p, c), e) in plans.iter_mut().zip(&cs).zip(extra) {
         p.target_bytes = if c.policy.opt_out {
             c.fast_bytes
         } else {
+            given += e;
             p.guarantee_bytes + e
         };
     }
+    // Work conservation beyond the hot sets: when the hot sets leave part of
+    // the pool unclaimed, it is water-filled again by weight up to
+    // min(usage, local_high), so cold pages stay in DRAM that nobody's hot
+    // set wants (DESIGN.md: "DRAM stays full while anyone wants it") instead
+    // of being demoted into an empty fast tier. A no-op where demand = usage.
+    if given < pool_bytes {
+        let items: Vec<FillItem> = plans
+            .iter()
+            .zip(&cs)
+            .map(|(p, c)| FillItem {
+                room_bytes: if c.policy.opt_out {
+                    0
+                } else {
+                    usage_bytes(c)
+                        .min(p.local_high_bytes)
+                        .saturating_sub(p.target_bytes)
+                },
+                weight: u64::from(c.policy.weight.max(1)),
+            })
+            .collect();
+        for (p, e) in plans.iter_mut().zip(water_fill(pool_bytes - given, &items)) {
+            p.target_bytes += e;
+        }
+    }
+
+    // Thrash control (DESIGN.md rule 4): per-container damping level from
+    // the ping-pong seen over the window.
+    state.clock_ms = state.clock_ms.saturating_add(snapshot.elapsed_ms);
+    let now_ms = state.clock_ms;
+    let mut thrash = std::mem::take(&mut state.thrash);
+    for (p, c) in plans.iter_mut().zip(&cs) {
+        let st = thrash.entry(c.id).or_default();
+        let (level, rate) = crate::thrash::observe(st, now_ms, c.migrations, &params.thrash);
+        p.damping_level = level;
+        p.pingpong_bytes_per_s = rate;
+    }
+    thrash.retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
+    state.thrash = thrash;
 
     // Hysteresis (DESIGN.md rule 3): classify, and what each would move.
     let mut over: Vec<(usize, u64)> = Vec::new();
@@ -140,7 +180,8 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         if c.policy.opt_out {
             continue;
         }
-        let band = band_bytes(params, p.target_bytes);
+        let band =
+            band_bytes(params, p.target_bytes).saturating_mul(1u64 << p.damping_level.min(16));
         if c.fast_bytes > p.target_bytes.saturating_add(band) {
             p.state = PlacementState::OverTarget;
             over.push((i, c.fast_bytes - p.target_bytes));
@@ -167,6 +208,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
     }
+    // A damped container wants only 1/2^level of its gap this cycle, so the
+    // buckets are charged for what it may actually move.
+    let under = under
+        .into_iter()
+        .map(|(i, want)| (i, want >> plans[i].damping_level.min(63)))
+        .collect();
     for (i, take) in spend(under, &mut promote_tokens, &mut global_promote) {
         plans[i].promote_bytes = take;
     }
@@ -286,6 +333,8 @@ fn initial_plan(c: &ContainerSnapshot) -> ContainerPlan {
         demote_bytes: 0,
         promote_bytes: 0,
         memory_low_bytes: 0,
+        damping_level: 0,
+        pingpong_bytes_per_s: 0,
         state: if pinned {
             PlacementState::Pinned
         } else {

@@ -20,6 +20,7 @@ fn params() -> PolicyParams {
         container_promote_bytes_per_s: 1 << 50,
         global_promote_bytes_per_s: 1 << 50,
         burst_s: 1.0,
+        thrash: ThrashParams::default(),
     }
 }
 
@@ -31,6 +32,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         slow_bytes,
         hot_bytes: None,
         policy: ContainerPolicy::default(),
+        migrations: Default::default(),
     }
 }
 
@@ -422,6 +424,7 @@ fn limited(container_rate: u64, global_rate: u64) -> PolicyParams {
         container_promote_bytes_per_s: container_rate,
         global_promote_bytes_per_s: global_rate,
         burst_s: 2.0,
+        thrash: ThrashParams::default(),
         ..params()
     }
 }
@@ -691,4 +694,137 @@ proptest! {
             prop_assert!(*g <= it.room_bytes);
         }
     }
+}
+
+// ---- Hot sets first, then usage (work conservation) ---------------------------
+
+#[test]
+fn hot_sets_are_served_before_cold_pages() {
+    // Cold hog (800 MiB, 50 MiB hot) and hot newcomer (500 MiB, 400 MiB hot)
+    // on an 860 MiB pool: the hot sets first (50 + 400), then the remaining
+    // 410 MiB water-filled up to usage: the newcomer's last 100 MiB, and the
+    // hog the other 310 MiB.
+    let s = snap(
+        860 * MIB,
+        vec![
+            c(1, 800 * MIB, 0).hot(50 * MIB),
+            c(2, 60 * MIB, 440 * MIB).hot(400 * MIB),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 2), 500 * MIB);
+    assert_eq!(target(&plan, 1), 360 * MIB);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
+
+    // When the hot sets alone fill the pool, cold pages get nothing.
+    let s = snap(
+        400 * MIB,
+        vec![
+            c(1, 300 * MIB, 0).hot(50 * MIB),
+            c(2, 100 * MIB, 400 * MIB).hot(400 * MIB),
+        ],
+    );
+    let plan = run(&s, &params());
+    assert_eq!(target(&plan, 1), 50 * MIB);
+    assert_eq!(target(&plan, 2), 350 * MIB);
+}
+
+// ---- Thrash control -----------------------------------------------------------
+
+fn moved(mut c: ContainerSnapshot, down: u64, up: u64, exact: u64) -> ContainerSnapshot {
+    c.migrations = Migrations {
+        demoted_bytes: down,
+        promoted_bytes: up,
+        pingpong_bytes: exact,
+    };
+    c
+}
+
+#[test]
+fn ping_pong_raises_damping_which_halves_promotion_and_widens_the_band() {
+    let mut p = params();
+    p.band_min_bytes = 8 * MIB;
+    p.thrash = ThrashParams {
+        window_ms: 10_000,
+        pingpong_bytes_per_s: MIB,
+        settle_ms: 10_000,
+        max_level: 2,
+    };
+    let mut st = PolicyState::default();
+    // 1 GiB container with 200 MiB on DRAM, target 400 MiB: wants 200 MiB.
+    let mk = |down, up| {
+        let mut s = snap(
+            400 * MIB,
+            vec![moved(c(1, 200 * MIB, 824 * MIB), down, up, 0)],
+        );
+        s.elapsed_ms = 1_000;
+        s
+    };
+    let plan = solve(&mk(0, 0), &p, &mut st);
+    assert_eq!(plan.containers[0].damping_level, 0);
+    assert_eq!(plan.containers[0].promote_bytes, 200 * MIB);
+
+    // 12 MiB down and 12 MiB back up within the window: 1.2 MiB/s > 1 MiB/s.
+    let plan = solve(&mk(12 * MIB, 12 * MIB), &p, &mut st);
+    let c1 = &plan.containers[0];
+    assert_eq!(c1.pingpong_bytes_per_s, 12 * MIB / 10);
+    assert_eq!(c1.damping_level, 1);
+    assert_eq!(c1.promote_bytes, 100 * MIB);
+    // Still thrashing one second later: no second raise within half a window.
+    let plan = solve(&mk(0, 0), &p, &mut st);
+    assert_eq!(plan.containers[0].damping_level, 1);
+    // After half a window, still above: level 2 (the cap), a quarter budget.
+    for _ in 0..4 {
+        solve(&mk(0, 0), &p, &mut st);
+    }
+    let plan = solve(&mk(MIB, MIB), &p, &mut st);
+    assert_eq!(plan.containers[0].damping_level, 2);
+    assert_eq!(plan.containers[0].promote_bytes, 50 * MIB);
+
+    // The band doubles per level: 8 MiB → 32 MiB. A container 20 MiB under
+    // its target is at target while damped at level 2.
+    let mut s = snap(400 * MIB, vec![c(1, 380 * MIB, 600 * MIB)]);
+    s.elapsed_ms = 1_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.containers[0].state, PlacementState::AtTarget);
+
+    // Calm: the window empties, then settle_ms below half the threshold
+    // lowers the level one step at a time.
+    let mut levels = Vec::new();
+    for _ in 0..40 {
+        levels.push(solve(&mk(0, 0), &p, &mut st).containers[0].damping_level);
+    }
+    assert_eq!(levels.last(), Some(&0), "{levels:?}");
+    assert!(levels.windows(2).all(|w| w[1] <= w[0]), "{levels:?}");
+    assert!(
+        levels.contains(&1),
+        "steps down one level at a time: {levels:?}"
+    );
+}
+
+#[test]
+fn one_way_migration_is_not_ping_pong() {
+    // A container being demoted steadily (nothing comes back) is not thrashing;
+    // tierd's exact records count even when the memcg counters do not show it.
+    let mut p = params();
+    p.thrash.window_ms = 10_000;
+    p.thrash.pingpong_bytes_per_s = MIB;
+    let mut st = PolicyState::default();
+    for _ in 0..5 {
+        let mut s = snap(GIB, vec![moved(c(1, GIB, 0), 64 * MIB, 0, 0)]);
+        s.elapsed_ms = 1_000;
+        let plan = solve(&s, &p, &mut st);
+        assert_eq!(plan.containers[0].damping_level, 0);
+        assert_eq!(plan.containers[0].pingpong_bytes_per_s, 0);
+    }
+    let mut s = snap(GIB, vec![moved(c(1, GIB, 0), 0, 0, 20 * MIB)]);
+    s.elapsed_ms = 1_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.containers[0].pingpong_bytes_per_s, 2 * MIB);
+    assert_eq!(plan.containers[0].damping_level, 1);
+    // Containers that leave are forgotten.
+    let s = snap(GIB, vec![c(2, GIB, 0)]);
+    solve(&s, &p, &mut st);
+    assert!(!st.thrash.contains_key(&1));
 }

@@ -39,6 +39,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     weight,
                     opt_out,
                 },
+                migrations: Default::default(),
             },
         )
 }
@@ -82,6 +83,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 container_promote_bytes_per_s: rate / 2,
                 global_promote_bytes_per_s: grate / 2,
                 burst_s: burst,
+                thrash: ThrashParams::default(),
             },
         )
 }
@@ -93,8 +95,15 @@ fn shared<'a>(s: &'a Snapshot, plan: &'a Plan) -> impl Iterator<Item = &'a Conta
         .map(|c| plan.get(c.id).unwrap())
 }
 
-fn cap(p: &ContainerPlan) -> u64 {
+/// Hot-set cap: what the first water-filling pass fills up to.
+fn hot_cap(p: &ContainerPlan) -> u64 {
     p.demand_bytes.min(p.local_high_bytes)
+}
+
+/// Overall cap: the second pass fills up to usage (work conservation).
+fn cap(s: &Snapshot, p: &ContainerPlan) -> u64 {
+    let c = s.containers.iter().find(|c| c.id == p.id).unwrap();
+    (c.fast_bytes + c.slow_bytes).min(p.local_high_bytes)
 }
 
 fn fresh(s: &Snapshot, p: &PolicyParams) -> Plan {
@@ -114,8 +123,13 @@ proptest! {
     #[test]
     fn targets_respect_demand_and_local_high(s in snapshot(), p in params()) {
         let plan = fresh(&s, &p);
+        let hot: u128 = shared(&s, &plan).map(|c| u128::from(hot_cap(c))).sum();
         for c in shared(&s, &plan) {
-            prop_assert!(c.target_bytes <= cap(c), "{c:?}");
+            prop_assert!(c.target_bytes <= cap(&s, c), "{c:?}");
+            // While the hot sets fill the pool, nobody gets more than its hot set.
+            if hot >= u128::from(plan.pool_bytes) {
+                prop_assert!(c.target_bytes <= hot_cap(c), "{c:?}");
+            }
             prop_assert!(c.guarantee_bytes <= c.target_bytes);
         }
     }
@@ -137,14 +151,14 @@ proptest! {
     #[test]
     fn work_conserving(s in snapshot(), p in params()) {
         let plan = fresh(&s, &p);
-        let caps: u128 = shared(&s, &plan).map(|c| u128::from(cap(c))).sum();
+        let caps: u128 = shared(&s, &plan).map(|c| u128::from(cap(&s, c))).sum();
         let sum: u128 = shared(&s, &plan).map(|c| u128::from(c.target_bytes)).sum();
         if caps >= u128::from(plan.pool_bytes) {
             // Exact: the integer water-filling hands out its rounding bytes.
             prop_assert_eq!(sum, u128::from(plan.pool_bytes));
         } else {
             for c in shared(&s, &plan) {
-                prop_assert_eq!(c.target_bytes, cap(c));
+                prop_assert_eq!(c.target_bytes, cap(&s, c));
             }
         }
     }

@@ -239,6 +239,7 @@ impl Controller {
                 slow_bytes: slow_b,
                 hot_bytes: None,
                 policy: self.cfg.container_policy(m.policy_index),
+                migrations: Default::default(),
             });
             kept.push(m);
         }
