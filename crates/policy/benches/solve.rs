@@ -38,7 +38,6 @@ fn host(n: usize) -> Snapshot {
                         1 => Share::Bytes(next() % (2 * GIB)),
                         _ => Share::Fraction((next() % 50) as f64 / 100.0),
                     },
-                    migrations: Default::default(),
                     local_high: match (r >> 8) % 3 {
                         0 => Share::Fraction(1.0),
                         1 => Share::Bytes(GIB + next() % (4 * GIB)),
@@ -47,6 +46,7 @@ fn host(n: usize) -> Snapshot {
                     weight: 1 + (next() % 1000) as u32,
                     opt_out: r % 50 == 0,
                 },
+                migrations: Default::default(),
             }
         })
         .collect();
