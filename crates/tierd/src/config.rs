@@ -180,6 +180,28 @@ impl PromotionMode {
     }
 }
 
+/// Mechanism tierd uses to move pages itself (`promotion = "tierd"`
+/// promotion, and cold-first demotion of containers above target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoverKind {
+    /// `move_pages(2)` on the pages of DAMON's hottest (coldest) regions of
+    /// each process, in batches, within the budgets.
+    MovePages,
+    /// DAMOS `migrate_hot` / `migrate_cold` schemes on a `paddr` kdamond, one
+    /// per container (memcg filter) with the budget as the scheme quota.
+    Damos,
+}
+
+impl MoverKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoverKind::MovePages => "move_pages",
+            MoverKind::Damos => "damos",
+        }
+    }
+}
+
 /// `[daemon]`: how the control loop runs and what it may change on the host.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -191,6 +213,18 @@ pub struct DaemonConfig {
     /// the status shows cgroup names).
     pub metrics_listen: String,
     pub promotion: PromotionMode,
+    /// How tierd moves pages itself: `"move_pages"` or `"damos"`.
+    pub mover: MoverKind,
+    /// Demote cold pages first: containers above target + band lose their
+    /// coldest DAMON regions (idle at least `cold_min_age`) through the mover
+    /// before `memory.reclaim` (LRU order) takes the rest.
+    pub cold_demotion: bool,
+    /// Minimum idle age of a region before tierd demotes it itself (doubled
+    /// per thrash damping level).
+    #[serde(deserialize_with = "de_duration")]
+    pub cold_min_age: Duration,
+    /// Pages per `move_pages(2)` call.
+    pub mover_batch: usize,
     /// Free fast-tier memory kept out of every container's share, for new
     /// allocations and promotions.
     pub headroom: Bytes,
@@ -213,12 +247,79 @@ impl Default for DaemonConfig {
             interval: Duration::from_secs(2),
             metrics_listen: "127.0.0.1:9464".into(),
             promotion: PromotionMode::Kernel,
+            mover: MoverKind::MovePages,
+            cold_demotion: true,
+            cold_min_age: Duration::from_secs(5),
+            mover_batch: 1024,
             headroom: Bytes(64 << 20),
             demotion_enabled: true,
             numa_balancing: Some(2),
             cgroup_root: cgroupctl::DEFAULT_CGROUP_ROOT.into(),
             sysfs_root: "/sys".into(),
             procfs_root: "/proc".into(),
+        }
+    }
+}
+
+/// Where per-container heat comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HotnessSource {
+    /// DAMON `vaddr` monitoring of every managed process.
+    Damon,
+    /// No sampling: demand is usage (v0 behaviour).
+    Off,
+}
+
+/// `[hotness]`: DAMON monitoring. Interval and region defaults are DAMON's
+/// (Documentation/admin-guide/mm/damon/usage.rst), except `update_interval`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HotnessConfig {
+    pub source: HotnessSource,
+    /// DAMON sysfs admin directory.
+    pub damon_root: PathBuf,
+    /// Where tierd records which kdamonds it created (to adopt them after a
+    /// restart and never touch anyone else's).
+    pub state_file: PathBuf,
+    /// DAMON sampling interval (access check per region).
+    #[serde(deserialize_with = "de_duration")]
+    pub sample_interval: Duration,
+    /// DAMON aggregation interval (nr_accesses window).
+    #[serde(deserialize_with = "de_duration")]
+    pub aggr_interval: Duration,
+    /// DAMON operations update interval: how soon new mappings are monitored.
+    /// DAMON sysfs defaults to 60 s; 1 s lets a starting container's heap be
+    /// seen within a cycle.
+    #[serde(deserialize_with = "de_duration")]
+    pub update_interval: Duration,
+    pub min_regions: u64,
+    pub max_regions: u64,
+    /// A region is hot when DAMON saw it accessed in at least this many
+    /// samples of the last aggregation interval.
+    pub hot_min_accesses: u32,
+    /// Most processes monitored (largest resident set first); DAMON costs
+    /// grow with targets × regions.
+    pub max_processes: usize,
+    /// Pages whose node is queried (move_pages status) per cycle to split
+    /// regions over nodes; spread over all regions.
+    pub node_samples: usize,
+}
+
+impl Default for HotnessConfig {
+    fn default() -> Self {
+        HotnessConfig {
+            source: HotnessSource::Damon,
+            damon_root: "/sys/kernel/mm/damon/admin".into(),
+            state_file: "/run/tierd/damon.json".into(),
+            sample_interval: Duration::from_millis(5),
+            aggr_interval: Duration::from_millis(100),
+            update_interval: Duration::from_secs(1),
+            min_regions: 10,
+            max_regions: 1000,
+            hot_min_accesses: 1,
+            max_processes: 64,
+            node_samples: 16384,
         }
     }
 }
@@ -241,6 +342,13 @@ pub struct LimitsConfig {
     pub band: String,
     /// Smallest band, whatever the target.
     pub band_min: Bytes,
+    /// Thrash control: ping-pong window, damping threshold (bytes/s that went
+    /// down and came back up) and calm time before damping is lifted.
+    #[serde(deserialize_with = "de_duration")]
+    pub thrash_window: Duration,
+    pub thrash_rate: Bytes,
+    #[serde(deserialize_with = "de_duration")]
+    pub thrash_settle: Duration,
 }
 
 impl Default for LimitsConfig {
@@ -254,6 +362,9 @@ impl Default for LimitsConfig {
             burst_s: p.burst_s,
             band: format!("{}%", p.band_fraction * 100.0),
             band_min: Bytes(p.band_min_bytes),
+            thrash_window: Duration::from_millis(p.thrash.window_ms),
+            thrash_rate: Bytes(p.thrash.pingpong_bytes_per_s),
+            thrash_settle: Duration::from_millis(p.thrash.settle_ms),
         }
     }
 }
@@ -296,6 +407,8 @@ struct RawConfig {
     #[serde(default)]
     limits: LimitsConfig,
     #[serde(default)]
+    hotness: HotnessConfig,
+    #[serde(default)]
     policy: Vec<PolicyEntry>,
 }
 
@@ -306,6 +419,7 @@ pub struct Config {
     pub source: PathBuf,
     pub daemon: DaemonConfig,
     pub limits: LimitsConfig,
+    pub hotness: HotnessConfig,
     pub policies: Vec<PolicyEntry>,
     matchers: Vec<GlobMatcher>,
     band_fraction: f64,
@@ -374,10 +488,68 @@ impl Config {
             }
         }
         if d.promotion == PromotionMode::Tierd {
+            if raw.hotness.source == HotnessSource::Off {
+                return Err(bad(
+                    "daemon.promotion",
+                    "\"tierd\" promotes the hottest lower-tier pages and needs heat: set hotness.source = \"damon\" (or use promotion = \"kernel\")".into(),
+                ));
+            }
+            if d.numa_balancing.is_some_and(|nb| nb & 1 == 1) {
+                return Err(bad(
+                    "daemon.numa_balancing",
+                    "with promotion = \"tierd\" it must be 0 (or 2, turned to 0): mode 1 migrates lower-tier pages to the faulting CPU's node, which is kernel promotion in all but name".into(),
+                ));
+            }
+        }
+        if d.mover_batch == 0 || d.mover_batch > 65536 {
             return Err(bad(
-                "daemon.promotion",
-                "\"tierd\" (regulated promotion by tierd) is not available in this version; use \"kernel\"".into(),
+                "daemon.mover_batch",
+                format!(
+                    "{} must be in 1..=65536 pages per move_pages call",
+                    d.mover_batch
+                ),
             ));
+        }
+        let h = &raw.hotness;
+        if h.sample_interval.is_zero() || h.aggr_interval < h.sample_interval {
+            return Err(bad(
+                "hotness.aggr_interval",
+                format!(
+                    "{:?} must be at least hotness.sample_interval ({:?}), which must be non-zero",
+                    h.aggr_interval, h.sample_interval
+                ),
+            ));
+        }
+        if h.aggr_interval >= d.interval {
+            return Err(bad(
+                "hotness.aggr_interval",
+                format!(
+                    "{:?} must be shorter than daemon.interval ({:?}): each cycle reads one aggregation",
+                    h.aggr_interval, d.interval
+                ),
+            ));
+        }
+        if h.min_regions < 3 || h.max_regions < h.min_regions {
+            return Err(bad(
+                "hotness.max_regions",
+                format!(
+                    "min_regions {} must be ≥ 3 (DAMON vaddr starts with 3 regions) and ≤ max_regions {}",
+                    h.min_regions, h.max_regions
+                ),
+            ));
+        }
+        let max_acc = (h.aggr_interval.as_micros() / h.sample_interval.as_micros().max(1)) as u32;
+        if h.hot_min_accesses == 0 || h.hot_min_accesses > max_acc {
+            return Err(bad(
+                "hotness.hot_min_accesses",
+                format!(
+                    "{} must be in 1..={max_acc} (samples per aggregation interval)",
+                    h.hot_min_accesses
+                ),
+            ));
+        }
+        if h.max_processes == 0 {
+            return Err(bad("hotness.max_processes", "must be at least 1".into()));
         }
         let l = &raw.limits;
         let band_fraction = match parse_share(&l.band) {
@@ -390,6 +562,12 @@ impl Config {
             }
             Err(e) => return Err(bad("limits.band", e)),
         };
+        if l.thrash_window < Duration::from_secs(1) {
+            return Err(bad(
+                "limits.thrash_window",
+                format!("{:?} must be at least 1s", l.thrash_window),
+            ));
+        }
         if !(l.burst_s > 0.0 && l.burst_s <= 600.0) {
             return Err(bad(
                 "limits.burst_s",
@@ -448,6 +626,7 @@ impl Config {
             source: path.to_owned(),
             daemon: raw.daemon,
             limits: raw.limits,
+            hotness: raw.hotness,
             policies: raw.policy,
             matchers,
             band_fraction,
@@ -490,6 +669,12 @@ impl Config {
             container_promote_bytes_per_s: l.promote_rate.0,
             global_promote_bytes_per_s: l.global_promote_rate.0,
             burst_s: l.burst_s,
+            thrash: policy::ThrashParams {
+                window_ms: l.thrash_window.as_millis() as u64,
+                pingpong_bytes_per_s: l.thrash_rate.0,
+                settle_ms: l.thrash_settle.as_millis() as u64,
+                max_level: 4,
+            },
         }
     }
 }
@@ -578,6 +763,34 @@ mod tests {
             ("[daemon]\npromotion = \"magic\"\n", "promotion"),
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
+            (
+                "[daemon]\npromotion = \"tierd\"\n[hotness]\nsource = \"off\"\n",
+                "daemon.promotion",
+            ),
+            (
+                "[daemon]\npromotion = \"tierd\"\nnuma_balancing = 1\n",
+                "daemon.numa_balancing",
+            ),
+            ("[daemon]\nmover = \"teleport\"\n", "mover"),
+            ("[daemon]\nmover_batch = 0\n", "daemon.mover_batch"),
+            (
+                "[hotness]\naggr_interval = \"1ms\"\n",
+                "hotness.aggr_interval",
+            ),
+            (
+                "[hotness]\naggr_interval = \"5s\"\n",
+                "hotness.aggr_interval",
+            ),
+            ("[hotness]\nmin_regions = 1\n", "hotness.max_regions"),
+            (
+                "[hotness]\nhot_min_accesses = 21\n",
+                "hotness.hot_min_accesses",
+            ),
+            ("[hotness]\nmax_processes = 0\n", "hotness.max_processes"),
+            (
+                "[limits]\nthrash_window = \"10ms\"\n",
+                "limits.thrash_window",
+            ),
             ("[limits]\ndemote_rate = 0\n", "limits.demote_rate"),
             ("[[policy]]\nmatch = \"a/[\"\n", "policy[0].match"),
             (
@@ -599,6 +812,24 @@ mod tests {
             assert!(err.contains("/etc/tierd/test.toml"), "{err}");
             assert!(err.contains(key), "expected {key:?} in: {err}");
         }
+    }
+
+    #[test]
+    fn tierd_promotion_with_either_mover() {
+        for mover in ["move_pages", "damos"] {
+            let c = parse(&format!(
+                "[daemon]\npromotion = \"tierd\"\nmover = \"{mover}\"\nnuma_balancing = 0\n"
+            ))
+            .unwrap();
+            assert_eq!(c.daemon.promotion, PromotionMode::Tierd);
+            assert_eq!(c.daemon.mover.as_str(), mover);
+            assert_eq!(c.hotness.source, HotnessSource::Damon);
+        }
+        let p = parse("[limits]\nthrash_window = \"20s\"\nthrash_rate = \"2MiB\"\n")
+            .unwrap()
+            .policy_params();
+        assert_eq!(p.thrash.window_ms, 20_000);
+        assert_eq!(p.thrash.pingpong_bytes_per_s, 2 << 20);
     }
 
     /// Every file shipped in config/ loads and validates.
