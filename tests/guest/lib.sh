@@ -54,3 +54,24 @@ emit_status() { echo "STATUS $(tierctl status --json)"; }
 
 # emit_node CGROUP: one line `NODES <cgroup> <N0 MiB> <N1 MiB>`.
 emit_node() { echo "NODES $1 $(node_mib "$1" 0) $(node_mib "$1" 1)"; }
+
+# start_log CGROUP LOG CMD...: like start_in, with stdout (JSON reports) in LOG.
+start_log() {
+    local cg=$1 log=$2; shift 2
+    sh -c 'echo 0 > "$0/cgroup.procs" && exec "$@"' "$CG/$cg" "$@" > "$log" 2>&1 &
+    echo $!
+}
+
+# emit_report NAME LOG: one line `REPORT <name> <uptime s> <last JSON report>`.
+emit_report() { echo "REPORT $1 $(cut -d' ' -f1 /proc/uptime) $(grep '^{' "$2" | tail -1)"; }
+
+# emit_time: one line `T <uptime s>` (guest clock for rate checks).
+emit_time() { echo "T $(cut -d' ' -f1 /proc/uptime)"; }
+
+# kdamonds: one line `KDAMONDS <nr_kdamonds> <state of each>`.
+kdamonds() {
+    local d=/sys/kernel/mm/damon/admin/kdamonds n s=""
+    n=$(cat $d/nr_kdamonds)
+    for k in $(seq 0 $((n - 1))); do s="$s $(cat $d/$k/state)"; done
+    echo "KDAMONDS $n$s"
+}

@@ -71,10 +71,12 @@ N=/sys/devices/system/node
 cap $N/online $N/possible $N/has_cpu $N/has_memory $N/has_normal_memory
 for n in $N/node[0-9]*; do
     cap $n/cpulist $n/meminfo $n/numastat $n/vmstat
+    for m in $n/memory[0-9]*; do cap $m/phys_index; done
     for a in access0 access1; do
         [ -d $n/$a/initiators ] && cap $(find $n/$a/initiators -type f)
     done
 done
+cap /sys/devices/system/memory/block_size_bytes
 cap $(find /sys/devices/virtual/memory_tiering/ -type f)
 cap /sys/kernel/mm/numa/demotion_enabled
 cap /proc/sys/kernel/numa_balancing /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps

@@ -1,1 +1,12 @@
-//! Access sampling (DAMON, eBPF hint faults).
+//! Access sampling for tierd: the DAMON sysfs driver ([`damon`]) and the
+//! aggregation of DAMON regions into per-container heat per node ([`heat`]).
+//! No decisions are taken here.
+
+pub mod damon;
+pub mod heat;
+
+pub use damon::{
+    AccessPattern, Action, Attrs, Claim, Damon, Error, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
+    Scheme, SchemeStats, TriedRegion, DEFAULT_ROOT, DEFAULT_STATE_FILE,
+};
+pub use heat::{ContainerHeat, HeatParams, Histogram, NodeHeat};

@@ -277,8 +277,8 @@ pub enum HotnessSource {
 #[serde(deny_unknown_fields, default)]
 pub struct HotnessConfig {
     pub source: HotnessSource,
-    /// DAMON sysfs admin directory.
-    pub damon_root: PathBuf,
+    /// DAMON sysfs admin directory; default `<daemon.sysfs_root>/kernel/mm/damon/admin`.
+    pub damon_root: Option<PathBuf>,
     /// Where tierd records which kdamonds it created (to adopt them after a
     /// restart and never touch anyone else's).
     pub state_file: PathBuf,
@@ -296,7 +296,8 @@ pub struct HotnessConfig {
     pub min_regions: u64,
     pub max_regions: u64,
     /// A region is hot when DAMON saw it accessed in at least this many
-    /// samples of the last aggregation interval.
+    /// samples of the last aggregation interval (default 2 of 20: one is
+    /// noise from merged regions and one-off touches).
     pub hot_min_accesses: u32,
     /// Most processes monitored (largest resident set first); DAMON costs
     /// grow with targets × regions.
@@ -310,14 +311,14 @@ impl Default for HotnessConfig {
     fn default() -> Self {
         HotnessConfig {
             source: HotnessSource::Damon,
-            damon_root: "/sys/kernel/mm/damon/admin".into(),
+            damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
             sample_interval: Duration::from_millis(5),
             aggr_interval: Duration::from_millis(100),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
             max_regions: 1000,
-            hot_min_accesses: 1,
+            hot_min_accesses: hotness::heat::DEFAULT_HOT_MIN_NR_ACCESSES,
             max_processes: 64,
             node_samples: 16384,
         }
@@ -655,6 +656,14 @@ impl Config {
             weight: p.weight,
             opt_out: p.opt_out,
         }
+    }
+
+    /// The DAMON sysfs admin directory in use.
+    pub fn damon_root(&self) -> PathBuf {
+        self.hotness
+            .damon_root
+            .clone()
+            .unwrap_or_else(|| self.daemon.sysfs_root.join("kernel/mm/damon/admin"))
     }
 
     /// Solver tunables from `[daemon]` and `[limits]`.

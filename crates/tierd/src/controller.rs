@@ -10,13 +10,17 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cgroupctl::{CgroupFs, Limit, NodeSet, ReclaimOutcome};
-use policy::{ContainerSnapshot, PlacementState, Plan, PolicyState, Snapshot};
+use hotness::damon::Damon;
+use policy::{ContainerSnapshot, Migrations, PlacementState, Plan, PolicyState, Snapshot};
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
+use crate::heatmon::{ContainerReading, HeatMonitor, Member};
+use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels,
-    ContainerReasonLabels, ContainerStateLabels, Metrics, NodeLabels,
+    ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics, MoveFailureLabels,
+    MoveLabels, NodeLabels,
 };
 use crate::topology::Topology;
 
@@ -33,6 +37,9 @@ struct Managed {
     path: String,
     id: u64,
     policy_index: usize,
+    /// The container's cgroup and its descendants (their processes are the
+    /// container's).
+    members: Vec<String>,
 }
 
 /// Kernel tiering counters of one memcg, for deltas (keyed by cgroup id).
@@ -64,6 +71,11 @@ pub struct Status {
     pub pool_bytes: u64,
     pub guarantees_scaled: bool,
     pub cycles: u64,
+    /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
+    pub hotness: String,
+    pub mover: String,
+    pub damon_targets: usize,
+    pub kdamond_restarts: u64,
     pub containers: Vec<ContainerStatus>,
 }
 
@@ -80,7 +92,17 @@ pub struct ContainerStatus {
     pub target_bytes: u64,
     pub memory_low_bytes: u64,
     pub demote_bytes: u64,
+    pub promote_bytes: u64,
     pub state: String,
+    /// Hot bytes per tier (`fast`, `lower`), when DAMON knows them.
+    pub hot_fast_bytes: Option<u64>,
+    pub hot_lower_bytes: Option<u64>,
+    /// Bytes tierd moved itself, since start, by direction and mechanism
+    /// (e.g. `promote/move_pages`).
+    pub moved_bytes: BTreeMap<String, u64>,
+    /// Thrash damping level (0 = none) and ping-pong rate.
+    pub damping_level: u32,
+    pub pingpong_bytes_per_s: u64,
 }
 
 /// The control loop's state between cycles.
@@ -97,7 +119,30 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
     cycles: u64,
+    hot: Hotness,
+    /// tierd's own moves since the previous snapshot (for thrash detection).
+    own_moved: HashMap<u64, Migrations>,
+    /// tierd's own moves since start, per container, for /status.
+    moved_total: HashMap<u64, BTreeMap<String, u64>>,
 }
+
+/// DAMON monitoring and the movers, when enabled and available.
+#[derive(Default)]
+struct Hotness {
+    damon: Option<Damon>,
+    monitor: Option<HeatMonitor>,
+    pages: Option<PagesMover>,
+    damos: Option<DamosMover>,
+    /// Why heat is unknown (logged once), or None when DAMON runs.
+    off_reason: Option<String>,
+    /// Cycle at which to try claiming DAMON again after a failure.
+    retry_cycle: u64,
+    readings: HashMap<u64, ContainerReading>,
+}
+
+/// Cycles between attempts to claim DAMON after it was unavailable (busy
+/// with someone else's kdamonds): about a minute at the default interval.
+const DAMON_RETRY_CYCLES: u64 = 30;
 
 fn state_name(s: PlacementState) -> &'static str {
     match s {
@@ -138,7 +183,7 @@ impl Controller {
         }
         metrics.tiered.set(i64::from(!observe_only));
         let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
-        Ok(Controller {
+        let mut c = Controller {
             cfg,
             cg,
             topo,
@@ -151,7 +196,107 @@ impl Controller {
             metrics,
             status,
             cycles: 0,
-        })
+            hot: Hotness::default(),
+            own_moved: HashMap::new(),
+            moved_total: HashMap::new(),
+        };
+        c.setup_hotness();
+        Ok(c)
+    }
+
+    /// Claims tierd's kdamonds and sets up the monitor and movers. On
+    /// failure heat stays unknown (demand = usage), the reason is logged and
+    /// shown in /status, and the claim is retried every
+    /// [`DAMON_RETRY_CYCLES`] cycles.
+    fn setup_hotness(&mut self) {
+        let h = &self.cfg.hotness;
+        let d = &self.cfg.daemon;
+        if h.source == HotnessSource::Off || self.observe_only {
+            return;
+        }
+        let want_damos =
+            d.mover == MoverKind::Damos && (d.promotion == PromotionMode::Tierd || d.cold_demotion);
+        let mut damon = Damon::new(self.cfg.damon_root(), &h.state_file);
+        let claimed = damon
+            .check_available()
+            .and_then(|()| damon.claim(if want_damos { 2 } else { 1 }));
+        let claim = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = e.to_string();
+                if self.hot.off_reason.as_deref() != Some(&reason) {
+                    tracing::error!(error = %e,
+                        "DAMON unavailable: demand falls back to usage and tierd moves no pages itself; retrying every {DAMON_RETRY_CYCLES} cycles");
+                }
+                self.hot.off_reason = Some(reason);
+                self.hot.retry_cycle = self.cycles + DAMON_RETRY_CYCLES;
+                self.metrics.hotness_source(false);
+                return;
+            }
+        };
+        if claim.adopted.iter().any(|&a| a) {
+            tracing::info!(kdamonds = ?claim.indices, "adopted the kdamonds of a previous tierd");
+        }
+        let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
+        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
+        self.hot.monitor = Some(HeatMonitor::new(h, claim.indices[0]));
+        self.hot.pages = (d.mover == MoverKind::MovePages).then(|| {
+            PagesMover::new(d.mover_batch, self.cfg.limits.thrash_window)
+        });
+        if want_damos {
+            match DamosMover::new(
+                claim.indices[1],
+                HeatMonitor::attrs(h),
+                h.hot_min_accesses,
+                &d.sysfs_root,
+                &fast,
+                &lower,
+                fast[0],
+                lower[0],
+                d.interval,
+            ) {
+                Ok(m) => self.hot.damos = Some(m),
+                Err(e) => tracing::error!(error = %e, "DAMOS mover unavailable; tierd moves no pages itself"),
+            }
+        }
+        self.hot.damon = Some(damon);
+        self.hot.off_reason = None;
+        self.metrics.hotness_source(true);
+    }
+
+    /// Samples heat of every managed container (DAMON + page-node queries).
+    fn sample_heat(&mut self, managed: &[Managed]) {
+        self.hot.readings.clear();
+        if self.hot.damon.is_none() {
+            if self.cycles >= self.hot.retry_cycle {
+                self.setup_hotness();
+            }
+            if self.hot.damon.is_none() {
+                return;
+            }
+        }
+        let mut members = Vec::new();
+        for m in managed {
+            for cg in &m.members {
+                if let Ok(pids) = self.cg.procs(cg) {
+                    members.extend(pids.into_iter().filter(|&p| p > 0).map(|p| Member {
+                        container: m.id,
+                        pid: p as u32,
+                    }));
+                }
+            }
+        }
+        let (Some(damon), Some(mon)) = (&self.hot.damon, &mut self.hot.monitor) else {
+            return;
+        };
+        match mon.sample(damon, &members) {
+            Ok(r) => self.hot.readings = r,
+            Err(e) => {
+                tracing::warn!(error = %e, "DAMON sampling failed this cycle; demand = usage");
+            }
+        }
+        self.metrics.damon_targets.set(mon.targets() as i64);
+        self.metrics.kdamond_restarts_seen(mon.restarts);
     }
 
     pub fn observe_only(&self) -> bool {
@@ -172,14 +317,22 @@ impl Controller {
         // Paths already managed (parents sort before children): a cgroup below
         // one of them is part of it. One set lookup per ancestor keeps
         // discovery linear in the number of cgroups.
-        let mut managed_paths = std::collections::HashSet::new();
+        let mut managed_paths: HashMap<String, usize> = HashMap::new();
         for c in all {
-            if c.path.is_empty() || ancestors(&c.path).iter().any(|a| managed_paths.contains(a)) {
+            if c.path.is_empty() {
+                continue;
+            }
+            if let Some(&i) = ancestors(&c.path)
+                .iter()
+                .find_map(|a| managed_paths.get(a))
+            {
+                out[i].members.push(c.path);
                 continue;
             }
             if let Some(i) = self.cfg.match_policy(&c.path) {
-                managed_paths.insert(c.path.clone());
+                managed_paths.insert(c.path.clone(), out.len());
                 out.push(Managed {
+                    members: vec![c.path.clone()],
                     path: c.path,
                     id: c.id,
                     policy_index: i,
@@ -203,6 +356,7 @@ impl Controller {
             .context("cannot refresh per-node free memory")?;
         let fast = self.topo.fast_nodes();
         let managed = self.discover()?;
+        self.sample_heat(&managed);
 
         let mut snaps = Vec::with_capacity(managed.len());
         let mut per_node: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
@@ -231,20 +385,34 @@ impl Controller {
                 }
             }
             per_node.insert(m.id, nodes);
-            self.update_counters(&m);
+            let mut migrations = self.update_counters(&m);
+            if let Some(own) = self.own_moved.remove(&m.id) {
+                migrations.demoted_bytes += own.demoted_bytes;
+                migrations.promoted_bytes += own.promoted_bytes;
+                migrations.pingpong_bytes += own.pingpong_bytes;
+            }
             snaps.push(ContainerSnapshot {
                 id: m.id,
                 name: m.path.clone(),
                 fast_bytes: fast_b,
                 slow_bytes: slow_b,
-                hot_bytes: None,
+                hot_bytes: self
+                    .hot
+                    .readings
+                    .get(&m.id)
+                    .filter(|r| r.regions > 0)
+                    .map(|r| r.hot_bytes),
                 policy: self.cfg.container_policy(m.policy_index),
-                migrations: Default::default(),
+                migrations,
             });
             kept.push(m);
         }
         let managed = kept;
         self.counters
+            .retain(|id, _| managed.iter().any(|m| m.id == *id));
+        self.moved_total
+            .retain(|id, _| managed.iter().any(|m| m.id == *id));
+        self.own_moved
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
 
         let fast_capacity = self.topo.fast_capacity_bytes();
@@ -278,12 +446,14 @@ impl Controller {
         Ok(plan)
     }
 
-    fn update_counters(&mut self, m: &Managed) {
+    /// Reads the memcg tiering counters and returns what the kernel moved
+    /// since the previous cycle (zero on the first).
+    fn update_counters(&mut self, m: &Managed) -> Migrations {
         let stat = match self.cg.memory_stat(&m.path) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(container = %m.path, error = %e, "memory.stat unreadable");
-                return;
+                return Migrations::default();
             }
         };
         let now = MemcgCounters {
@@ -310,7 +480,17 @@ impl Controller {
                     container: m.path.clone(),
                 })
                 .inc_by(now.promote_success.saturating_sub(prev.promote_success) * PAGE_BYTES);
+            let down = now.demote_kswapd.saturating_sub(prev.demote_kswapd)
+                + now.demote_direct.saturating_sub(prev.demote_direct)
+                + now.demote_khugepaged.saturating_sub(prev.demote_khugepaged);
+            return Migrations {
+                demoted_bytes: down * PAGE_BYTES,
+                promoted_bytes: now.promote_success.saturating_sub(prev.promote_success)
+                    * PAGE_BYTES,
+                pingpong_bytes: 0,
+            };
         }
+        Migrations::default()
     }
 
     fn count_error(&self, container: &str, what: &str, e: &cgroupctl::Error) {
@@ -360,27 +540,33 @@ impl Controller {
             };
             self.write_low(&path, id, Limit::Bytes(keep));
         }
+        // tierd's own moves (hot promotion, cold-first demotion), then
+        // memory.reclaim (LRU order) for whatever demotion is left.
+        let moved_down = self.regulated_moves(managed, plan);
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
-            if p.demote_bytes < MIN_RECLAIM_BYTES {
+            let demote = p
+                .demote_bytes
+                .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
+            if demote < MIN_RECLAIM_BYTES {
                 continue;
             }
             let labels = ContainerLabels {
                 container: m.path.clone(),
             };
-            match self.cg.reclaim(&m.path, p.demote_bytes) {
+            match self.cg.reclaim(&m.path, demote) {
                 Ok(outcome) => {
                     self.metrics
                         .container_demote_requested_bytes
                         .get_or_create(&labels)
-                        .inc_by(p.demote_bytes);
+                        .inc_by(demote);
                     if outcome == ReclaimOutcome::Short {
                         self.metrics
                             .container_reclaim_short
                             .get_or_create(&labels)
                             .inc();
                     }
-                    tracing::debug!(container = %m.path, bytes = p.demote_bytes, ?outcome, "memory.reclaim");
+                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "memory.reclaim");
                 }
                 Err(cgroupctl::Error::Vanished(p)) => {
                     tracing::debug!(path = %p.display(), "cgroup vanished before memory.reclaim; skipped");
@@ -390,6 +576,155 @@ impl Controller {
                     self.count_error(&m.path, "reclaim", &e);
                 }
             }
+        }
+    }
+
+    /// Promotion by tierd (`promotion = "tierd"`) and cold-first demotion
+    /// (`cold_demotion`) through the configured mover. Returns, per
+    /// container, the demotion already done (memory.reclaim does the rest).
+    fn regulated_moves(&mut self, managed: &[Managed], plan: &Plan) -> HashMap<u64, u64> {
+        let mut done_down = HashMap::new();
+        let d = &self.cfg.daemon;
+        let promote = d.promotion == PromotionMode::Tierd;
+        let cold = d.cold_demotion;
+        let Some(damon) = &self.hot.damon else {
+            return done_down;
+        };
+        if !promote && !cold {
+            return done_down;
+        }
+        let most_free = |nodes: &NodeSet| {
+            nodes
+                .iter()
+                .filter_map(|&n| self.topo.node(n))
+                .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
+                .map(|n| n.id)
+        };
+        let (Some(fast_dest), Some(lower_dest)) = (
+            most_free(&self.topo.fast_nodes()),
+            most_free(&self.topo.lower_nodes()),
+        ) else {
+            return done_down;
+        };
+        let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
+        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
+        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
+        let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
+        let hot_min = self.cfg.hotness.hot_min_accesses;
+        let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
+
+        if let Some(pm) = &mut self.hot.pages {
+            for m in managed {
+                let (Some(p), Some(r)) = (plan.get(m.id), self.hot.readings.get(&m.id)) else {
+                    continue;
+                };
+                if promote && p.promote_bytes > 0 {
+                    let mv = pm.promote(m.id, &r.procs, hot_min, &lower, fast_dest, p.promote_bytes);
+                    results.push((m.id, Direction::Promote, "move_pages", mv));
+                }
+                if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
+                    let min_age = base_age.saturating_mul(1 << p.damping_level.min(16));
+                    if r.monitored_for < d.cold_min_age {
+                        // No region can have been idle that long yet: wait
+                        // for DAMON rather than let memory.reclaim demote in
+                        // LRU order (hot pages included).
+                        done_down.insert(m.id, p.demote_bytes);
+                        continue;
+                    }
+                    let mv = pm.demote(m.id, &r.procs, min_age, &fast, lower_dest, p.demote_bytes);
+                    done_down.insert(m.id, mv.bytes);
+                    results.push((m.id, Direction::Demote, "move_pages", mv));
+                }
+            }
+            pm.retain(|c| managed.iter().any(|m| m.id == c));
+        }
+        if let Some(dm) = &mut self.hot.damos {
+            let orders: Vec<DamosOrder> = managed
+                .iter()
+                .filter_map(|m| {
+                    let p = plan.get(m.id)?;
+                    Some(DamosOrder {
+                        container: m.id,
+                        memcg_path: format!("/{}", m.path),
+                        promote_bytes: if promote { p.promote_bytes } else { 0 },
+                        demote_bytes: if cold && p.state == PlacementState::OverTarget {
+                            p.demote_bytes
+                        } else {
+                            0
+                        },
+                        cold_min_age: base_age.saturating_mul(1 << p.damping_level.min(16)),
+                    })
+                })
+                .collect();
+            match dm.apply(damon, &orders) {
+                // DAMOS moves during the coming interval; what it moved in the
+                // last one is reported now, and memory.reclaim only takes what
+                // DAMOS fell short by.
+                Ok(moved) => {
+                    for ((c, dir), bytes) in moved {
+                        if dir == Direction::Demote {
+                            done_down.insert(c, bytes);
+                        }
+                        let mv = Moved {
+                            bytes,
+                            ..Moved::default()
+                        };
+                        results.push((c, dir, "damos", mv));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "DAMOS mover: cannot apply this cycle's quotas"),
+            }
+        }
+        for (c, dir, mechanism, mv) in results {
+            self.record_move(managed, c, dir, mechanism, &mv);
+        }
+        done_down
+    }
+
+    /// Counts one mover result in metrics, /status and the thrash input.
+    fn record_move(
+        &mut self,
+        managed: &[Managed],
+        id: u64,
+        dir: Direction,
+        mechanism: &'static str,
+        mv: &Moved,
+    ) {
+        let Some(m) = managed.iter().find(|m| m.id == id) else {
+            return;
+        };
+        let own = self.own_moved.entry(id).or_default();
+        match dir {
+            Direction::Promote => own.promoted_bytes += mv.bytes,
+            Direction::Demote => own.demoted_bytes += mv.bytes,
+        }
+        own.pingpong_bytes += mv.pingpong_bytes;
+        *self
+            .moved_total
+            .entry(id)
+            .or_default()
+            .entry(format!("{}/{mechanism}", dir.as_str()))
+            .or_default() += mv.bytes;
+        self.metrics
+            .container_migrated_bytes
+            .get_or_create(&MoveLabels {
+                container: m.path.clone(),
+                direction: dir.as_str(),
+                mechanism,
+            })
+            .inc_by(mv.bytes);
+        for (&status, &pages) in &mv.failures {
+            self.metrics
+                .move_pages_failures
+                .get_or_create(&MoveFailureLabels {
+                    container: m.path.clone(),
+                    direction: dir.as_str(),
+                    status,
+                })
+                .inc_by(pages);
+        }
+        if mv.bytes > 0 {
+            tracing::debug!(container = %m.path, direction = dir.as_str(), mechanism, bytes = mv.bytes, "moved");
         }
     }
 
@@ -474,6 +809,20 @@ impl Controller {
     /// Puts back every memory.low and cpuset.mems tierd changed, for cgroups
     /// that still exist. Called at shutdown.
     pub fn restore(&mut self) {
+        // Stop tierd's kdamonds first: no page moves after this point.
+        if let Some(damon) = self.hot.damon.as_mut() {
+            if let Some(m) = self.hot.monitor.as_mut() {
+                m.stop(damon);
+            }
+            if let Some(d) = self.hot.damos.as_mut() {
+                d.stop(damon);
+            }
+            match damon.release() {
+                Ok(()) => tracing::info!("stopped and removed tierd's kdamonds"),
+                Err(e) => tracing::warn!(error = %e, "cannot remove tierd's kdamonds"),
+            }
+        }
+        self.hot = Hotness::default();
         for (path, w) in std::mem::take(&mut self.low_written).into_iter().rev() {
             if self.cg.cgroup_id(&path).ok() != Some(w.id) {
                 continue;
@@ -527,6 +876,7 @@ impl Controller {
         mt.fast_pool_bytes.set(gauge_bytes(plan.pool_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
         mt.managed_containers.set(managed.len() as i64);
+        let lower = self.topo.lower_nodes();
         let mut status = Status {
             tiered: !self.observe_only,
             promotion: self.cfg.daemon.promotion.as_str().into(),
@@ -537,6 +887,14 @@ impl Controller {
             pool_bytes: plan.pool_bytes,
             guarantees_scaled: plan.guarantees_scaled,
             cycles: self.cycles + 1,
+            hotness: match (&self.hot.damon, &self.hot.off_reason) {
+                (Some(_), _) => "damon".into(),
+                (None, Some(why)) => format!("usage ({why})"),
+                (None, None) => "usage".into(),
+            },
+            mover: self.cfg.daemon.mover.as_str().into(),
+            damon_targets: self.hot.monitor.as_ref().map_or(0, |m| m.targets()),
+            kdamond_restarts: self.hot.monitor.as_ref().map_or(0, |m| m.restarts),
             containers: Vec::new(),
         };
         for (m, s) in managed.iter().zip(&snapshot.containers) {
@@ -585,6 +943,38 @@ impl Controller {
                     state: state_name(p.state),
                 })
                 .set(1);
+            mt.container_damping_level
+                .get_or_create(&c)
+                .set(i64::from(p.damping_level));
+            mt.container_pingpong_bytes_per_second
+                .get_or_create(&c)
+                .set(gauge_bytes(p.pingpong_bytes_per_s));
+            let reading = self.hot.readings.get(&m.id).filter(|r| r.regions > 0);
+            let (mut hot_fast, mut hot_lower) = (None, None);
+            if let Some(r) = reading {
+                mt.container_damon_regions
+                    .get_or_create(&c)
+                    .set(r.regions as i64);
+                let (mut hf, mut hl) = (0u64, 0u64);
+                for (&node, nh) in &r.heat.per_node {
+                    let is_fast = fast.contains(&node);
+                    if is_fast {
+                        hf += nh.hot_bytes;
+                    } else if lower.contains(&node) {
+                        hl += nh.hot_bytes;
+                    }
+                    mt.set_heat(&m.path, node, tier_label(is_fast), &nh.hist);
+                }
+                for (tier, b) in [("fast", hf), ("lower", hl)] {
+                    mt.container_hot_bytes
+                        .get_or_create(&ContainerTierLabels {
+                            container: m.path.clone(),
+                            tier,
+                        })
+                        .set(gauge_bytes(b));
+                }
+                (hot_fast, hot_lower) = (Some(hf), Some(hl));
+            }
             let entry = &self.cfg.policies[m.policy_index];
             status.containers.push(ContainerStatus {
                 container: m.path.clone(),
@@ -598,7 +988,13 @@ impl Controller {
                 target_bytes: p.target_bytes,
                 memory_low_bytes: p.memory_low_bytes,
                 demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
+                promote_bytes: if self.observe_only { 0 } else { p.promote_bytes },
                 state: state_name(p.state).into(),
+                hot_fast_bytes: hot_fast,
+                hot_lower_bytes: hot_lower,
+                moved_bytes: self.moved_total.get(&m.id).cloned().unwrap_or_default(),
+                damping_level: p.damping_level,
+                pingpong_bytes_per_s: p.pingpong_bytes_per_s,
             });
         }
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;

@@ -7,8 +7,10 @@
 pub mod config;
 pub mod controller;
 pub mod daemon;
+pub mod heatmon;
 pub mod metrics;
 pub mod mover;
+pub mod regulate;
 pub mod sysctl;
 pub mod topology;
 

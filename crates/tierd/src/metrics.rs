@@ -33,6 +33,56 @@ pub fn tier_label(fast: bool) -> &'static str {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerTierLabels {
+    pub container: String,
+    pub tier: &'static str,
+}
+
+/// Pages tierd moved itself: `direction` promote|demote, `mechanism`
+/// move_pages|damos.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveLabels {
+    pub container: String,
+    pub direction: &'static str,
+    pub mechanism: &'static str,
+}
+
+/// Per-page move_pages(2) failures, by status: busy (-EBUSY),
+/// not_present (-ENOENT), fault (-EFAULT), denied (-EACCES: not in the
+/// cpuset), other, not_attempted (after a positive return), syscall.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MoveFailureLabels {
+    pub container: String,
+    pub direction: &'static str,
+    pub status: &'static str,
+}
+
+/// Heat histogram bucket: bytes by DAMON access frequency (`freq`, share of
+/// the samples in an aggregation interval) per node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeatLabels {
+    pub container: String,
+    pub node: u32,
+    pub tier: &'static str,
+    pub freq: &'static str,
+}
+
+/// Idle-age histogram bucket: bytes not accessed for `idle` (DAMON age of
+/// regions with no access seen).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdleLabels {
+    pub container: String,
+    pub node: u32,
+    pub tier: &'static str,
+    pub idle: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerStateLabels {
     pub container: String,
     pub state: &'static str,
@@ -66,6 +116,15 @@ pub struct InfoLabels {
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
+/// `freq` labels of the heat histogram: share of an aggregation interval's
+/// samples that saw an access (buckets of `hotness::heat::FREQ_BUCKETS`).
+pub const FREQ_LABELS: [&str; hotness::heat::FREQ_BUCKETS] =
+    ["0", "0-25%", "25-50%", "50-75%", "75-100%"];
+
+/// `idle` labels of the idle-age histogram (`hotness::heat::AGE_BUCKET_BOUNDS_S`).
+pub const AGE_LABELS: [&str; hotness::heat::AGE_BUCKETS] =
+    ["<1s", "1-4s", "4-16s", "16-64s", "64-256s", ">=256s"];
+
 /// Every metric tierd exports.
 pub struct Metrics {
     registry: Registry,
@@ -85,6 +144,17 @@ pub struct Metrics {
     pub container_reclaim_errors: Family<ContainerErrorLabels, Counter>,
     pub container_demoted_bytes: Family<ContainerReasonLabels, Counter>,
     pub container_promoted_bytes: Family<ContainerLabels, Counter>,
+    pub container_hot_bytes: Family<ContainerTierLabels, Gauge>,
+    pub container_heat_bytes: Family<HeatLabels, Gauge>,
+    pub container_idle_bytes: Family<IdleLabels, Gauge>,
+    pub container_damon_regions: Family<ContainerLabels, Gauge>,
+    pub container_migrated_bytes: Family<MoveLabels, Counter>,
+    pub move_pages_failures: Family<MoveFailureLabels, Counter>,
+    pub container_damping_level: Family<ContainerLabels, Gauge>,
+    pub container_pingpong_bytes_per_second: Family<ContainerLabels, Gauge>,
+    pub damon_targets: Gauge,
+    pub kdamond_restarts: Counter,
+    hotness: Family<SourceLabels, Gauge>,
     pub node_capacity_bytes: Family<NodeLabels, Gauge>,
     pub node_free_bytes: Family<NodeLabels, Gauge>,
     pub fast_pool_bytes: Gauge,
@@ -123,6 +193,17 @@ impl Metrics {
             container_reclaim_errors: reg!("tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error", Family::default()),
             container_demoted_bytes: reg!("tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)", Family::default()),
             container_promoted_bytes: reg!("tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)", Family::default()),
+            container_hot_bytes: reg!("tierd_container_hot_bytes", "Hot bytes (DAMON: accessed in at least hotness.hot_min_accesses samples per aggregation) resident on the tier", Family::default()),
+            container_heat_bytes: reg!("tierd_container_heat_bytes", "Heat histogram: resident bytes by DAMON access frequency bucket, per node", Family::default()),
+            container_idle_bytes: reg!("tierd_container_idle_bytes", "Idle-age histogram: resident bytes of regions with no access seen, by how long they have been idle, per node", Family::default()),
+            container_damon_regions: reg!("tierd_container_damon_regions", "DAMON regions of the container's monitored processes", Family::default()),
+            container_migrated_bytes: reg!("tierd_container_migrated_bytes", "Bytes tierd moved itself, by direction (promote, demote) and mechanism (move_pages, damos); these appear in no memcg counter", Family::default()),
+            move_pages_failures: reg!("tierd_move_pages_failures", "Pages move_pages(2) did not move, by per-page status", Family::default()),
+            container_damping_level: reg!("tierd_container_thrash_damping_level", "Thrash damping level (0 = none; each level halves promotion and doubles the band)", Family::default()),
+            container_pingpong_bytes_per_second: reg!("tierd_container_pingpong_bytes_per_second", "Bytes per second demoted and promoted again within the thrash window", Family::default()),
+            damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
+            kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),
+            hotness: reg!("tierd_hotness_source", "1 for the active demand source: damon, or usage (DAMON unavailable or off)", Family::default()),
             node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
             node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
             fast_pool_bytes: reg!("tierd_fast_pool_bytes", "Fast-tier bytes shared among managed containers this cycle", Gauge::default()),
@@ -156,6 +237,54 @@ impl Metrics {
         self.container_local_high_bytes.clear();
         self.container_memory_low_bytes.clear();
         self.container_state.clear();
+        self.container_hot_bytes.clear();
+        self.container_heat_bytes.clear();
+        self.container_idle_bytes.clear();
+        self.container_damon_regions.clear();
+        self.container_damping_level.clear();
+        self.container_pingpong_bytes_per_second.clear();
+    }
+
+    /// Marks the active demand source.
+    pub fn hotness_source(&self, damon: bool) {
+        self.hotness.clear();
+        self.hotness
+            .get_or_create(&SourceLabels {
+                source: if damon { "damon" } else { "usage" },
+            })
+            .set(1);
+    }
+
+    /// Brings the restart counter up to the monitor's running total.
+    pub fn kdamond_restarts_seen(&self, total: u64) {
+        let now = self.kdamond_restarts.get();
+        if total > now {
+            self.kdamond_restarts.inc_by(total - now);
+        }
+    }
+
+    /// Sets one container-node heat histogram.
+    pub fn set_heat(&self, container: &str, node: u32, tier: &'static str, h: &hotness::heat::Histogram) {
+        for (i, &b) in h.by_freq.iter().enumerate() {
+            self.container_heat_bytes
+                .get_or_create(&HeatLabels {
+                    container: container.to_owned(),
+                    node,
+                    tier,
+                    freq: FREQ_LABELS[i],
+                })
+                .set(gauge_bytes(b));
+        }
+        for (i, &b) in h.by_age_idle.iter().enumerate() {
+            self.container_idle_bytes
+                .get_or_create(&IdleLabels {
+                    container: container.to_owned(),
+                    node,
+                    tier,
+                    idle: AGE_LABELS[i],
+                })
+                .set(gauge_bytes(b));
+        }
     }
 
     /// Names of every registered metric family, as registered (counters get

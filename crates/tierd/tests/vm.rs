@@ -171,6 +171,10 @@ echo 3 > /proc/sys/vm/drop_caches
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
+# v0 semantics under test: demand = usage, so local_low covers the whole
+# container (with DAMON heat it would cover only its 30 MiB hot set).
+[hotness]
+source = "off"
 [[policy]]
 match = "tenants.slice/steady"
 local_low = "320MiB"
@@ -526,4 +530,247 @@ grep -c "no lower memory tier" /tmp/tierd.log
     assert!(c.fast_bytes >= 60 * MIB && c.lower_bytes == 0, "{c:?}");
     // local_high 10% gives a small target, but nothing is demoted.
     assert_eq!(c.demote_bytes, 0);
+}
+
+/// (guest uptime s, parsed JSON report) of `REPORT <name>` lines.
+fn reports(out: &str, name: &str) -> Vec<(f64, serde_json::Value)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("REPORT "))
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            (f.next()? == name).then_some(())?;
+            let t: f64 = f.next()?.parse().ok()?;
+            Some((t, serde_json::from_str(f.next()?).ok()?))
+        })
+        .collect()
+}
+
+/// Guest uptime of each `T` line, in order.
+fn times(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("T "))
+        .filter_map(|t| t.trim().parse().ok())
+        .collect()
+}
+
+/// The hot set of a container starts on the CXL node (cpuset.mems = 1 while
+/// it allocates); with `promotion = "tierd"` and kernel promotion off, tierd
+/// promotes it with move_pages within the per-container budget: the bytes
+/// it moved never exceed rate × time + bucket depth over any window, and the
+/// cold rest stays on the lower tier.
+#[test]
+fn hot_set_on_cxl_is_promoted_within_budget() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+echo 0 > /proc/sys/kernel/numa_balancing
+mkcg tenants.slice/a
+echo +cpuset > $CG/cgroup.subtree_control
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+echo 1 > $CG/tenants.slice/a/cpuset.mems
+start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
+wait_usage tenants.slice/a 185 90 || exit 1
+echo 0-1 > $CG/tenants.slice/a/cpuset.mems
+emit_node tenants.slice/a
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+promotion = "tierd"
+numa_balancing = 0
+[limits]
+promote_rate = "4MiB"
+global_promote_rate = "64MiB"
+burst_s = 1.0
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+for i in $(seq 45); do emit_time; emit_status; emit_node tenants.slice/a; emit_report a /tmp/a.log; sleep 1; done
+kill -TERM $TIERD; wait $TIERD
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let n = nodes(&g.output, "tenants.slice/a");
+    assert!(n[0].0 <= 8 && n[0].1 >= 180, "should start on node 1: {n:?}\n{}", g.output);
+    let st = statuses(&g.output);
+    let ts = times(&g.output);
+    assert!(st.len() >= 40 && ts.len() >= st.len(), "too few samples:\n{}", g.output);
+    let moved: Vec<u64> = st
+        .iter()
+        .map(|s| {
+            container(s, "tenants.slice/a")
+                .and_then(|c| c.moved_bytes.get("promote/move_pages").copied())
+                .unwrap_or(0)
+        })
+        .collect();
+    let total = *moved.last().unwrap();
+    // Rate limit over every window: Δmoved ≤ rate × (Δt + one interval) +
+    // bucket depth (4 MiB/s × 1 s).
+    let rate = 4.0 * MIB as f64;
+    for i in 0..moved.len() {
+        for j in i + 1..moved.len() {
+            let dt = ts[j] - ts[i];
+            let bound = rate * (dt + 1.0) + rate * 1.0;
+            assert!(
+                (moved[j] - moved[i]) as f64 <= bound,
+                "moved {} B in {dt:.1} s (bound {bound:.0} B), samples {i}..{j}: {moved:?}",
+                moved[j] - moved[i]
+            );
+        }
+    }
+    // The hot set (48 MiB) made it to DRAM, by tierd's doing.
+    let reps = reports(&g.output, "a");
+    let last = &reps.last().expect("no tierload reports").1;
+    let residency = last["hot_residency"].as_f64().unwrap();
+    assert!(residency >= 0.9, "hot set residency {residency}:\n{}", g.output);
+    assert!(total >= 40 * MIB, "tierd moved only {total} B:\n{}", g.output);
+    // Cold pages were not promoted wholesale: most of the 144 MiB cold part
+    // stays on node 1.
+    let (_, n1) = *n.last().unwrap();
+    assert!(n1 >= 100, "cold pages were promoted too: {n:?}");
+}
+
+/// A container above its target loses its cold pages first (cold-first
+/// demotion through move_pages on DAMON's idle regions); its hot set stays
+/// in DRAM.
+#[test]
+fn cold_container_above_target_loses_cold_pages_not_its_hot_set() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+mkcg tenants.slice/a
+start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 320 --hot-mib 40 --hot-offset-mib 200 --report-s 1 > /dev/null
+wait_usage tenants.slice/a 310 90 || exit 1
+emit_node tenants.slice/a
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+cold_min_age = "3s"
+[[policy]]
+match = "tenants.slice/*"
+local_high = "40%"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+for i in $(seq 40); do emit_status; emit_node tenants.slice/a; emit_report a /tmp/a.log; sleep 1; done
+kill -TERM $TIERD; wait $TIERD
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let st = statuses(&g.output);
+    let c = container(st.last().expect("no status"), "tenants.slice/a").unwrap();
+    // Brought to its target (40% of 320 MiB = 128 MiB) ...
+    assert!(
+        c.fast_bytes.abs_diff(c.target_bytes) <= 2 * band(c.target_bytes),
+        "{c:?}\n{}",
+        g.output
+    );
+    // ... mostly by tierd's own cold-first demotion ...
+    let cold_moved = c.moved_bytes.get("demote/move_pages").copied().unwrap_or(0);
+    assert!(cold_moved >= 100 * MIB, "cold-first demotion moved {cold_moved} B: {c:?}\n{}", g.output);
+    // ... and the 40 MiB hot set never left DRAM for long.
+    let reps = reports(&g.output, "a");
+    let res: Vec<f64> = reps
+        .iter()
+        .filter_map(|(_, r)| r["hot_residency"].as_f64())
+        .collect();
+    assert!(res.len() >= 30, "{}", g.output);
+    let last10 = &res[res.len() - 10..];
+    assert!(
+        last10.iter().all(|&r| r >= 0.95),
+        "hot set residency fell: {res:?}\n{}",
+        g.output
+    );
+    // DAMON saw the hot set: about 40 MiB (sampling is approximate).
+    let hot = c.hot_fast_bytes.unwrap_or(0) + c.hot_lower_bytes.unwrap_or(0);
+    assert!((20 * MIB..=120 * MIB).contains(&hot), "hot bytes {hot}: {c:?}");
+}
+
+/// tierd's kdamonds are gone after it stops; after `kill -9` they keep
+/// running, and a restarted tierd adopts them (no second set). A kdamond
+/// tierd did not create is never touched: tierd runs without DAMON and says
+/// why.
+#[test]
+fn kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+D=/sys/kernel/mm/damon/admin/kdamonds
+mkcg tenants.slice/a
+start_in tenants.slice/a tierload hotset --size-mib 64 --hot-mib 16 --report-s 60 > /dev/null
+wait_usage tenants.slice/a 60 60 || exit 1
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+sleep 3
+echo "PHASE running"; kdamonds; emit_status
+kill -9 $T; wait $T
+echo "PHASE killed"; kdamonds
+tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+sleep 3
+echo "PHASE restarted"; kdamonds; emit_status
+grep -c adopted /tmp/tierd2.log | sed 's/^/ADOPTED /'
+kill -TERM $T; wait $T
+echo "PHASE stopped"; kdamonds
+# Someone else's kdamond (configured, off): tierd must leave it alone.
+echo 1 > $D/nr_kdamonds
+echo 1 > $D/0/contexts/nr_contexts
+echo paddr > $D/0/contexts/0/operations
+tierd --config /tmp/t.toml run > /tmp/tierd3.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+sleep 2
+echo "PHASE foreign"; kdamonds; emit_status
+echo "FOREIGN_OPS $(cat $D/0/contexts/0/operations)"
+kill -TERM $T; wait $T
+echo "PHASE foreign-stopped"; kdamonds
+echo "FOREIGN_OPS $(cat $D/0/contexts/0/operations)"
+grep -i damon /tmp/tierd3.log | head -3
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let after = |phase: &str| -> String {
+        let mut lines = g.output.lines().skip_while(|l| *l != format!("PHASE {phase}"));
+        lines
+            .find(|l| l.starts_with("KDAMONDS"))
+            .unwrap_or_else(|| panic!("no KDAMONDS after {phase}:\n{}", g.output))
+            .to_string()
+    };
+    assert_eq!(after("running"), "KDAMONDS 1 on", "{}", g.output);
+    assert_eq!(after("killed"), "KDAMONDS 1 on", "{}", g.output);
+    assert_eq!(after("restarted"), "KDAMONDS 1 on", "{}", g.output);
+    assert!(g.output.contains("ADOPTED 1"), "{}", g.output);
+    assert_eq!(after("stopped"), "KDAMONDS 0", "{}", g.output);
+    assert_eq!(after("foreign"), "KDAMONDS 1 off", "{}", g.output);
+    assert_eq!(after("foreign-stopped"), "KDAMONDS 1 off", "{}", g.output);
+    assert_eq!(
+        g.output.matches("FOREIGN_OPS paddr").count(),
+        2,
+        "the foreign kdamond was modified:\n{}",
+        g.output
+    );
+    let st = statuses(&g.output);
+    assert!(st[0].hotness == "damon" && st[0].damon_targets == 1, "{:?}", st[0]);
+    let foreign = st.last().unwrap();
+    assert!(
+        foreign.hotness.starts_with("usage (") && foreign.hotness.contains("kdamonds/0"),
+        "status should say why DAMON is off: {}",
+        foreign.hotness
+    );
 }

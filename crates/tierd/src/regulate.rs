@@ -1,0 +1,474 @@
+//! Regulated page movement: tierd's own promotion (`promotion = "tierd"`)
+//! and cold-first demotion, through one of two movers.
+//!
+//! * [`PagesMover`] (`mover = "move_pages"`): `move_pages(2)` on the pages of
+//!   DAMON's hottest lower-tier regions (promotion) or longest-idle fast-tier
+//!   regions (demotion) of each process, within the byte budget the policy
+//!   gave the container. It keeps a record of the ranges it demoted, so a
+//!   promotion of the same pages within the thrash window counts as exact
+//!   ping-pong.
+//! * [`DamosMover`] (`mover = "damos"`): a `paddr` kdamond with one
+//!   `migrate_hot` and one `migrate_cold` scheme per container (memcg filter,
+//!   an address filter for the source tier) whose quotas are the budgets;
+//!   what DAMON moved is read back from each scheme's `sz_applied`, since
+//!   DAMON migrations show up in no memcg counter.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hotness::damon::{
+    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
+    Scheme,
+};
+
+use crate::heatmon::{cold_ranges, hot_ranges, ProcRegions};
+use crate::mover::{MoveError, MoveReport, Mover};
+
+/// Direction of a move, for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    Promote,
+    Demote,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Promote => "promote",
+            Direction::Demote => "demote",
+        }
+    }
+}
+
+/// What one container's move did this cycle.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Moved {
+    pub bytes: u64,
+    /// Per-page failures by status name (`busy`, `not_present`, `fault`,
+    /// `denied`, `other`, `not_attempted`), in pages.
+    pub failures: BTreeMap<&'static str, u64>,
+    /// Promoted bytes that this mover had demoted within the window.
+    pub pingpong_bytes: u64,
+}
+
+impl Moved {
+    fn add_report(&mut self, r: &MoveReport) {
+        self.bytes += r.moved_bytes;
+        for (k, v) in [
+            ("busy", r.busy),
+            ("not_present", r.not_present),
+            ("fault", r.fault),
+            ("denied", r.denied),
+            ("other", r.other),
+            ("not_attempted", r.not_attempted),
+        ] {
+            if v > 0 {
+                *self.failures.entry(k).or_default() += v;
+            }
+        }
+    }
+}
+
+/// A demoted range, remembered for ping-pong detection.
+#[derive(Debug, Clone, Copy)]
+struct Demoted {
+    at: Instant,
+    pid: u32,
+    start: u64,
+    end: u64,
+}
+
+/// Most demotion records kept per container (oldest dropped first).
+const MAX_RECORDS: usize = 4096;
+
+/// `move_pages(2)`-based mover.
+pub struct PagesMover {
+    mover: Mover,
+    window: Duration,
+    demoted: HashMap<u64, VecDeque<Demoted>>,
+}
+
+impl PagesMover {
+    pub fn new(batch: usize, window: Duration) -> Self {
+        PagesMover {
+            mover: Mover::new(batch),
+            window,
+            demoted: HashMap::new(),
+        }
+    }
+
+    /// Moves up to `budget` bytes of `container`'s hottest regions (at least
+    /// `hot_min` accesses per aggregation) from `lower` nodes to `dest`.
+    pub fn promote(
+        &mut self,
+        container: u64,
+        procs: &[ProcRegions],
+        hot_min: u32,
+        lower: &[u32],
+        dest: u32,
+        budget: u64,
+    ) -> Moved {
+        let ranges = hot_ranges(procs, hot_min);
+        let now = Instant::now();
+        let window = self.window;
+        let records = self.demoted.entry(container).or_default();
+        records.retain(|d| now.duration_since(d.at) < window);
+        let mut out = Moved::default();
+        for (pid, r) in ranges {
+            let left = budget.saturating_sub(out.bytes);
+            if left == 0 {
+                break;
+            }
+            match self
+                .mover
+                .move_ranges(pid, &[(r.start, r.end)], lower, dest, left)
+            {
+                Ok(rep) => {
+                    if rep.moved_bytes > 0 {
+                        let overlap: u64 = records
+                            .iter()
+                            .filter(|d| d.pid == pid)
+                            .map(|d| d.end.min(r.end).saturating_sub(d.start.max(r.start)))
+                            .sum();
+                        out.pingpong_bytes += overlap.min(rep.moved_bytes);
+                    }
+                    out.add_report(&rep);
+                }
+                Err(MoveError::NoProcess { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(pid, error = %e, "move_pages promotion failed");
+                    *out.failures.entry("syscall").or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves up to `budget` bytes of `container`'s longest-idle regions (no
+    /// access for at least `min_age` aggregation intervals) from `fast`
+    /// nodes to `dest`, and records them.
+    pub fn demote(
+        &mut self,
+        container: u64,
+        procs: &[ProcRegions],
+        min_age: u32,
+        fast: &[u32],
+        dest: u32,
+        budget: u64,
+    ) -> Moved {
+        let ranges = cold_ranges(procs, min_age);
+        let now = Instant::now();
+        let records = self.demoted.entry(container).or_default();
+        let mut out = Moved::default();
+        for (pid, r) in ranges {
+            let left = budget.saturating_sub(out.bytes);
+            if left == 0 {
+                break;
+            }
+            match self
+                .mover
+                .move_ranges(pid, &[(r.start, r.end)], fast, dest, left)
+            {
+                Ok(rep) => {
+                    if rep.moved_bytes > 0 {
+                        if records.len() == MAX_RECORDS {
+                            records.pop_front();
+                        }
+                        records.push_back(Demoted {
+                            at: now,
+                            pid,
+                            start: r.start,
+                            end: r.end,
+                        });
+                    }
+                    out.add_report(&rep);
+                }
+                Err(MoveError::NoProcess { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(pid, error = %e, "move_pages demotion failed");
+                    *out.failures.entry("syscall").or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Drops the records of containers no longer managed.
+    pub fn retain(&mut self, alive: impl Fn(u64) -> bool) {
+        self.demoted.retain(|&c, _| alive(c));
+    }
+}
+
+/// One container's DAMOS budgets for a cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DamosOrder {
+    pub container: u64,
+    /// memcg path relative to the cgroup2 root, with a leading `/`.
+    pub memcg_path: String,
+    pub promote_bytes: u64,
+    pub demote_bytes: u64,
+    /// Minimum idle age for migrate_cold, in aggregation intervals.
+    pub cold_min_age: u32,
+}
+
+/// DAMOS-based mover: a `paddr` kdamond owned by tierd.
+pub struct DamosMover {
+    idx: usize,
+    attrs: Attrs,
+    hot_min: u32,
+    fast_dest: u32,
+    lower_dest: u32,
+    /// Physical address span of the lower tier and of the fast tier.
+    lower_span: (u64, u64),
+    fast_span: (u64, u64),
+    reset_interval_ms: u64,
+    /// Scheme layout of the running spec: (container, direction) per scheme.
+    layout: Vec<(u64, Direction)>,
+    last_applied: Vec<u64>,
+    running: bool,
+}
+
+impl DamosMover {
+    /// Errors if the nodes' physical ranges cannot be read from sysfs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        idx: usize,
+        attrs: Attrs,
+        hot_min: u32,
+        sysfs_root: &Path,
+        fast: &[u32],
+        lower: &[u32],
+        fast_dest: u32,
+        lower_dest: u32,
+        reset_interval: Duration,
+    ) -> anyhow::Result<Self> {
+        let ranges = |nodes: &[u32]| -> anyhow::Result<Vec<(u64, u64)>> {
+            let mut v = Vec::new();
+            for &n in nodes {
+                v.extend(node_phys_ranges(sysfs_root, n)?);
+            }
+            Ok(v)
+        };
+        let f = ranges(fast)?;
+        let l = ranges(lower)?;
+        let span = |v: &[(u64, u64)]| {
+            (
+                v.iter().map(|r| r.0).min().unwrap_or(0),
+                v.iter().map(|r| r.1).max().unwrap_or(0),
+            )
+        };
+        Ok(DamosMover {
+            idx,
+            attrs,
+            hot_min,
+            fast_dest,
+            lower_dest,
+            lower_span: span(&l),
+            fast_span: span(&f),
+            reset_interval_ms: reset_interval.as_millis() as u64,
+            layout: Vec::new(),
+            last_applied: Vec::new(),
+            running: false,
+        })
+    }
+
+    fn scheme(&self, o: &DamosOrder, dir: Direction) -> Scheme {
+        let (action, pattern, nid, span, quota) = match dir {
+            Direction::Promote => (
+                Action::MigrateHot,
+                AccessPattern {
+                    nr_accesses: Range {
+                        min: u64::from(self.hot_min),
+                        max: u64::from(u32::MAX),
+                    },
+                    ..AccessPattern::default()
+                },
+                self.fast_dest,
+                self.lower_span,
+                o.promote_bytes,
+            ),
+            Direction::Demote => (
+                Action::MigrateCold,
+                AccessPattern {
+                    nr_accesses: Range { min: 0, max: 0 },
+                    age: Range {
+                        min: u64::from(o.cold_min_age),
+                        max: u64::from(u32::MAX),
+                    },
+                    ..AccessPattern::default()
+                },
+                self.lower_dest,
+                self.fast_span,
+                o.demote_bytes,
+            ),
+        };
+        Scheme {
+            action,
+            access_pattern: pattern,
+            // A zero quota means "no limit" to DAMOS: a container with no
+            // budget gets one byte, which moves nothing (DAMOS charges whole
+            // regions against the quota and stops once it is exceeded).
+            quota: Quota {
+                bytes: quota.max(1),
+                reset_interval_ms: self.reset_interval_ms,
+                ..Quota::default()
+            },
+            target_nid: Some(nid),
+            filters: vec![
+                // Keep only this container's pages (6.12 memcg filters are
+                // exact: pages of child memcgs are not matched).
+                Filter {
+                    kind: FilterKind::Memcg(o.memcg_path.clone()),
+                    matching: false,
+                },
+                // Keep only the source tier's physical range.
+                Filter {
+                    kind: FilterKind::Addr {
+                        start: span.0,
+                        end: span.1,
+                    },
+                    matching: false,
+                },
+            ],
+            apply_interval_us: 0,
+        }
+    }
+
+    /// Writes this cycle's quotas (one promote and one demote scheme per
+    /// container), committing online, and returns what DAMON moved for each
+    /// container since the previous call, from the schemes' `sz_applied`.
+    pub fn apply(
+        &mut self,
+        damon: &Damon,
+        orders: &[DamosOrder],
+    ) -> Result<BTreeMap<(u64, Direction), u64>, hotness::damon::Error> {
+        let mut moved = BTreeMap::new();
+        // Read what the previous quotas achieved before changing them.
+        if self.running && damon.is_running(self.idx)? {
+            let stats = damon.scheme_stats(self.idx)?;
+            for (i, (key, st)) in self.layout.iter().zip(&stats).enumerate() {
+                let prev = self.last_applied.get(i).copied().unwrap_or(0);
+                // A recreated scheme starts from 0 again.
+                let delta = if st.sz_applied >= prev {
+                    st.sz_applied - prev
+                } else {
+                    st.sz_applied
+                };
+                *moved.entry(*key).or_default() += delta;
+                if let Some(v) = self.last_applied.get_mut(i) {
+                    *v = st.sz_applied;
+                }
+            }
+        } else {
+            self.running = false;
+        }
+        let mut layout = Vec::with_capacity(orders.len() * 2);
+        let mut schemes = Vec::with_capacity(orders.len() * 2);
+        for o in orders {
+            for dir in [Direction::Promote, Direction::Demote] {
+                schemes.push(self.scheme(o, dir));
+                layout.push((o.container, dir));
+            }
+        }
+        if schemes.is_empty() {
+            if self.running {
+                damon.stop(self.idx)?;
+                self.running = false;
+            }
+            self.layout.clear();
+            self.last_applied.clear();
+            return Ok(moved);
+        }
+        let spec = KdamondSpec {
+            ops: Ops::Paddr,
+            attrs: self.attrs.clone(),
+            pids: Vec::new(),
+            schemes,
+        };
+        damon.write_spec(self.idx, &spec)?;
+        if self.running {
+            damon.commit(self.idx)?;
+        } else {
+            damon.start(self.idx)?;
+            self.running = true;
+        }
+        if layout != self.layout {
+            // Schemes that moved position keep stats of another container:
+            // re-baseline from the kernel on the next read.
+            self.last_applied = vec![0; layout.len()];
+            if let Ok(stats) = damon.scheme_stats(self.idx) {
+                for (v, st) in self.last_applied.iter_mut().zip(stats) {
+                    *v = st.sz_applied;
+                }
+            }
+            self.layout = layout;
+        }
+        Ok(moved)
+    }
+
+    pub fn stop(&mut self, damon: &Damon) {
+        if self.running {
+            if let Err(e) = damon.stop(self.idx) {
+                tracing::warn!(error = %e, "cannot stop tierd's DAMOS kdamond");
+            }
+            self.running = false;
+        }
+    }
+}
+
+/// Physical address ranges `[start, end)` of node `node`'s memory blocks
+/// (sysfs `devices/system/node/nodeN/memoryM` × `memory/block_size_bytes`,
+/// Documentation/admin-guide/mm/memory-hotplug.rst), adjacent blocks merged.
+pub fn node_phys_ranges(sysfs_root: &Path, node: u32) -> anyhow::Result<Vec<(u64, u64)>> {
+    use anyhow::Context;
+    let bs_path = sysfs_root.join("devices/system/memory/block_size_bytes");
+    let bs_text = std::fs::read_to_string(&bs_path)
+        .with_context(|| format!("cannot read {}", bs_path.display()))?;
+    let block = u64::from_str_radix(bs_text.trim(), 16)
+        .with_context(|| format!("{} is not hex: {bs_text:?}", bs_path.display()))?;
+    let dir = sysfs_root.join(format!("devices/system/node/node{node}"));
+    let mut blocks: Vec<u64> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("memory")?
+                .parse::<u64>()
+                .ok()
+        })
+        .collect();
+    blocks.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for b in blocks {
+        let (s, e) = (b * block, (b + 1) * block);
+        match out.last_mut() {
+            Some(last) if last.1 == s => last.1 = e,
+            _ => out.push((s, e)),
+        }
+    }
+    if out.is_empty() {
+        anyhow::bail!(
+            "{} lists no memoryN blocks: cannot tell node {node}'s physical range for DAMOS",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_ranges_from_the_fixture_tree() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys");
+        let r0 = node_phys_ranges(&root, 0).unwrap();
+        let r1 = node_phys_ranges(&root, 1).unwrap();
+        assert!(!r0.is_empty() && !r1.is_empty());
+        // Disjoint, and node 1 (the CXL-like node) above node 0.
+        assert!(r0.iter().all(|a| r1.iter().all(|b| a.1 <= b.0 || b.1 <= a.0)));
+        assert!(r1[0].0 >= r0[0].1);
+    }
+}
