@@ -85,7 +85,14 @@ impl VmArgs {
 }
 
 /// Binaries the guest gets from target/release, when built.
-const GUEST_BINARIES: [&str; 6] = ["tierd", "tierctl", "tierload", "tierscen", "movebench", "damon-heat"];
+const GUEST_BINARIES: [&str; 6] = [
+    "tierd",
+    "tierctl",
+    "tierload",
+    "tierscen",
+    "movebench",
+    "damon-heat",
+];
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {
@@ -249,7 +256,16 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn build_release() -> Result<()> {
-    cargo(&["build", "--release", "-p", "tierd", "-p", "tierload", "-p", "hotness"])
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "tierd",
+        "-p",
+        "tierload",
+        "-p",
+        "hotness",
+    ])
 }
 
 fn built_binaries() -> Vec<PathBuf> {

@@ -103,6 +103,49 @@ struct Common {
     /// Fast-tier nodes, e.g. "0" or "0-1,3" (default: /sys/devices/system/node/has_cpu).
     #[arg(long, global = true)]
     fast_nodes: Option<String>,
+    /// Every this many milliseconds, force a full TLB flush of the process
+    /// (0: never). Emulation aid: QEMU's software TLB holds millions of
+    /// entries, so a hot set that a real CPU's TLB (~2K entries) misses
+    /// constantly stays cached, the CPU never sets the accessed bit again
+    /// after DAMON clears it, and DAMON sees the hot set as idle. A real
+    /// CPU re-walks the page table on its TLB misses; this does it for the
+    /// emulated one (see docs/NOTES.md "DAMON under TCG").
+    #[arg(long, global = true, default_value_t = 10)]
+    tlb_refresh_ms: u64,
+}
+
+/// Touches then discards 64 scratch pages every `period`: the unmap of more
+/// than `tlb_single_page_flush_ceiling` (33) pages makes x86 Linux flush the
+/// whole TLB of this mm on every CPU it runs on (arch/x86/mm/tlb.c).
+fn tlb_refresher(period: Duration) {
+    const PAGES: usize = 64;
+    let len = PAGES * 4096;
+    // SAFETY: private anonymous mapping owned by this thread for its life.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        eprintln!(
+            "tierload: tlb refresher: mmap failed; DAMON may see hot pages as idle under emulation"
+        );
+        return;
+    }
+    loop {
+        for i in 0..PAGES {
+            // SAFETY: within the mapping.
+            unsafe { (p as *mut u8).add(i * 4096).write_volatile(1) };
+        }
+        // SAFETY: the range is the mapping above.
+        unsafe { libc::madvise(p, len, libc::MADV_DONTNEED) };
+        thread::sleep(period);
+    }
 }
 
 /// The anonymous mapping the workload runs on.
@@ -414,6 +457,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 .expect("spawn access thread")
         })
         .collect();
+
+    if c.tlb_refresh_ms > 0 {
+        let period = Duration::from_millis(c.tlb_refresh_ms);
+        thread::Builder::new()
+            .name("tlb-refresh".into())
+            .spawn(move || tlb_refresher(period))
+            .expect("spawn tlb refresher");
+    }
 
     let access_start = Instant::now();
     let deadline = c

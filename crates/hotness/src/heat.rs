@@ -197,21 +197,120 @@ pub fn accumulate(
         let parts = node_fraction(r);
         let sum: f64 = parts
             .iter()
-            .map(|&(_, f)| if f.is_finite() { f.clamp(0.0, 1.0) } else { 0.0 })
+            .map(|&(_, f)| {
+                if f.is_finite() {
+                    f.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                }
+            })
             .sum();
         let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
         let mut left = len;
         for (node, f) in parts {
-            let f = if f.is_finite() { f.clamp(0.0, 1.0) } else { 0.0 } * scale;
+            let f = if f.is_finite() {
+                f.clamp(0.0, 1.0)
+            } else {
+                0.0
+            } * scale;
             let bytes = ((len as f64 * f).round() as u64).min(left);
             if bytes == 0 {
                 continue;
             }
             left -= bytes;
-            heat.per_node.entry(node).or_default().add(bytes, freq, age, hot);
+            heat.per_node
+                .entry(node)
+                .or_default()
+                .add(bytes, freq, age, hot);
         }
         if left > 0 {
             heat.unknown_node.add(left, freq, age, hot);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(start: u64, len: u64, nr_accesses: u32, age: u32) -> TriedRegion {
+        TriedRegion {
+            start,
+            end: start + len,
+            nr_accesses,
+            age,
+        }
+    }
+
+    #[test]
+    fn buckets() {
+        let p = HeatParams::default();
+        assert_eq!(p.max_nr_accesses, 20);
+        let f: Vec<usize> = [0, 1, 5, 6, 10, 11, 15, 16, 20, 99]
+            .iter()
+            .map(|&n| p.freq_bucket(n))
+            .collect();
+        assert_eq!(f, vec![0, 1, 1, 2, 2, 3, 3, 4, 4, 4]);
+        // age in 100 ms intervals: 9 → 0.9 s, 10 → 1 s, 2560 → 256 s.
+        let a: Vec<usize> = [0, 9, 10, 39, 40, 159, 160, 639, 640, 2559, 2560]
+            .iter()
+            .map(|&x| p.age_bucket(x))
+            .collect();
+        assert_eq!(a, vec![0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5]);
+        let zero = HeatParams {
+            max_nr_accesses: 0,
+            ..p
+        };
+        assert_eq!(zero.freq_bucket(1), 4);
+    }
+
+    #[test]
+    fn accumulate_splits_by_node_and_keeps_bytes() {
+        let p = HeatParams::default();
+        let regions = [r(0, 1000, 10, 3), r(1000, 3000, 0, 50), r(4000, 7, 1, 0)];
+        let mut h = ContainerHeat::default();
+        accumulate(&mut h, &regions, &p, |reg| match reg.start {
+            0 => vec![(0, 0.5), (1, 0.25)],
+            1000 => vec![(1, 0.8), (0, 0.8)], // sums > 1: scaled to 1
+            _ => vec![],
+        });
+        assert_eq!(h.total_bytes(), 4007);
+        let n0 = h.per_node[&0];
+        let n1 = h.per_node[&1];
+        assert_eq!(n0.hot_bytes, 500);
+        assert_eq!(n1.hot_bytes, 250);
+        assert_eq!(h.unknown_node.hot_bytes, 250);
+        assert_eq!(h.unknown_node.total_bytes, 250 + 7); // 1 access < hot threshold 2
+        assert_eq!(h.hot_bytes(), 1000);
+        assert_eq!(h.hot_bytes_on(&[0]), 500);
+        assert_eq!(h.hot_bytes_on(&[0, 1, 7]), 750);
+        assert_eq!(n0.total_bytes + n1.total_bytes, 750 + 3000);
+        assert_eq!(n1.hist.by_freq[0] + n0.hist.by_freq[0], 3000);
+        // 50 intervals = 5 s idle → bucket 2 (<16 s); idle bytes only.
+        assert_eq!(n0.hist.by_age_idle[2] + n1.hist.by_age_idle[2], 3000);
+        assert_eq!(n0.hist.by_age_idle.iter().sum::<u64>(), n0.hist.by_freq[0]);
+        assert_eq!(n0.hist.by_freq[2], 500);
+        assert_eq!(h.unknown_node.hist.by_freq[1], 7);
+    }
+
+    #[test]
+    fn ranking() {
+        let mut v = vec![
+            r(0, 1, 5, 1),
+            r(1, 1, 9, 0),
+            r(2, 1, 0, 3),
+            r(3, 1, 0, 7),
+            r(4, 1, 5, 4),
+        ];
+        hottest_first(&mut v);
+        assert_eq!(
+            v.iter().map(|r| r.start).collect::<Vec<_>>(),
+            vec![1, 4, 0, 3, 2]
+        );
+        coldest_first(&mut v);
+        assert_eq!(
+            v.iter().map(|r| r.start).collect::<Vec<_>>(),
+            vec![3, 2, 4, 0, 1]
+        );
     }
 }

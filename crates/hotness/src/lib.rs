@@ -6,7 +6,7 @@ pub mod damon;
 pub mod heat;
 
 pub use damon::{
-    AccessPattern, Action, Attrs, Claim, Damon, Error, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
-    Scheme, SchemeStats, TriedRegion, DEFAULT_ROOT, DEFAULT_STATE_FILE,
+    AccessPattern, Action, Attrs, Claim, Damon, Error, Filter, FilterKind, KdamondSpec, Ops, Quota,
+    Range, Scheme, SchemeStats, TriedRegion, DEFAULT_ROOT, DEFAULT_STATE_FILE,
 };
 pub use heat::{ContainerHeat, HeatParams, Histogram, NodeHeat};

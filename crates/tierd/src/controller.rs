@@ -16,12 +16,12 @@ use serde::Serialize;
 
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
 use crate::heatmon::{ContainerReading, HeatMonitor, Member};
-use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels,
     ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics, MoveFailureLabels,
     MoveLabels, NodeLabels,
 };
+use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::topology::Topology;
 
 /// Smallest demotion worth a memory.reclaim write: below this the syscall and
@@ -240,9 +240,8 @@ impl Controller {
         let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
         let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
         self.hot.monitor = Some(HeatMonitor::new(h, claim.indices[0]));
-        self.hot.pages = (d.mover == MoverKind::MovePages).then(|| {
-            PagesMover::new(d.mover_batch, self.cfg.limits.thrash_window)
-        });
+        self.hot.pages = (d.mover == MoverKind::MovePages)
+            .then(|| PagesMover::new(d.mover_batch, self.cfg.limits.thrash_window));
         if want_damos {
             match DamosMover::new(
                 claim.indices[1],
@@ -256,7 +255,9 @@ impl Controller {
                 d.interval,
             ) {
                 Ok(m) => self.hot.damos = Some(m),
-                Err(e) => tracing::error!(error = %e, "DAMOS mover unavailable; tierd moves no pages itself"),
+                Err(e) => {
+                    tracing::error!(error = %e, "DAMOS mover unavailable; tierd moves no pages itself")
+                }
             }
         }
         self.hot.damon = Some(damon);
@@ -322,10 +323,7 @@ impl Controller {
             if c.path.is_empty() {
                 continue;
             }
-            if let Some(&i) = ancestors(&c.path)
-                .iter()
-                .find_map(|a| managed_paths.get(a))
-            {
+            if let Some(&i) = ancestors(&c.path).iter().find_map(|a| managed_paths.get(a)) {
                 out[i].members.push(c.path);
                 continue;
             }
@@ -619,7 +617,8 @@ impl Controller {
                     continue;
                 };
                 if promote && p.promote_bytes > 0 {
-                    let mv = pm.promote(m.id, &r.procs, hot_min, &lower, fast_dest, p.promote_bytes);
+                    let mv =
+                        pm.promote(m.id, &r.procs, hot_min, &lower, fast_dest, p.promote_bytes);
                     results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
@@ -672,7 +671,9 @@ impl Controller {
                         results.push((c, dir, "damos", mv));
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "DAMOS mover: cannot apply this cycle's quotas"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "DAMOS mover: cannot apply this cycle's quotas")
+                }
             }
         }
         for (c, dir, mechanism, mv) in results {
@@ -988,7 +989,11 @@ impl Controller {
                 target_bytes: p.target_bytes,
                 memory_low_bytes: p.memory_low_bytes,
                 demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
-                promote_bytes: if self.observe_only { 0 } else { p.promote_bytes },
+                promote_bytes: if self.observe_only {
+                    0
+                } else {
+                    p.promote_bytes
+                },
                 state: state_name(p.state).into(),
                 hot_fast_bytes: hot_fast,
                 hot_lower_bytes: hot_lower,

@@ -156,11 +156,18 @@ impl HeatMonitor {
     /// Points the kdamond at `targets`: an online `commit` when it runs, else
     /// (re)start. A kdamond found stopped while it should run (every target
     /// exited, or someone stopped it) counts as a restart.
-    fn retarget(&mut self, damon: &Damon, targets: Vec<Member>) -> Result<(), hotness::damon::Error> {
+    fn retarget(
+        &mut self,
+        damon: &Damon,
+        targets: Vec<Member>,
+    ) -> Result<(), hotness::damon::Error> {
         let alive = self.running && damon.is_running(self.idx)?;
         if self.running && !alive {
             self.restarts += 1;
-            tracing::info!(kdamond = self.idx, "tierd's kdamond had stopped; restarting it");
+            tracing::info!(
+                kdamond = self.idx,
+                "tierd's kdamond had stopped; restarting it"
+            );
         }
         if targets.is_empty() {
             if alive {
@@ -194,7 +201,8 @@ impl HeatMonitor {
             self.since.clear();
         }
         let now = std::time::Instant::now();
-        self.since.retain(|pid, _| targets.iter().any(|m| m.pid == *pid));
+        self.since
+            .retain(|pid, _| targets.iter().any(|m| m.pid == *pid));
         for m in &targets {
             self.since.entry(m.pid).or_insert(now);
         }
@@ -227,7 +235,10 @@ impl HeatMonitor {
             .sum::<u64>()
             .max(1);
         for (member, regions) in self.targets.iter().zip(per_scheme) {
-            let watched = self.since.get(&member.pid).map_or(Default::default(), |t| t.elapsed());
+            let watched = self
+                .since
+                .get(&member.pid)
+                .map_or(Default::default(), |t| t.elapsed());
             let fresh = !out.contains_key(&member.container);
             let reading = out.entry(member.container).or_default();
             reading.monitored_for = if fresh {
@@ -253,10 +264,30 @@ impl HeatMonitor {
                     continue;
                 }
             };
+            tracing::debug!(
+                pid = member.pid,
+                regions = regions.len(),
+                hot_region_bytes = regions
+                    .iter()
+                    .filter(|r| r.nr_accesses >= params.hot_min_nr_accesses)
+                    .map(|r| r.end - r.start)
+                    .sum::<u64>(),
+                hot_sampled = split
+                    .iter()
+                    .zip(&regions)
+                    .filter(|(_, r)| r.nr_accesses >= params.hot_min_nr_accesses)
+                    .map(|(s, _)| s.iter().map(|x| x.1).sum::<f64>())
+                    .sum::<f64>(),
+                "DAMON regions"
+            );
+            tracing::trace!(pid = member.pid, ?regions, "DAMON region list");
             let by_start: HashMap<u64, &Vec<(u32, f64)>> =
                 ranges.iter().map(|r| r.0).zip(split.iter()).collect();
             heat::accumulate(&mut reading.heat, &regions, &params, |r| {
-                by_start.get(&r.start).map(|v| (*v).clone()).unwrap_or_default()
+                by_start
+                    .get(&r.start)
+                    .map(|v| (*v).clone())
+                    .unwrap_or_default()
             });
             reading.procs.push(ProcRegions {
                 pid: member.pid,
@@ -343,16 +374,26 @@ mod tests {
         let procs = vec![
             ProcRegions {
                 pid: 1,
-                regions: vec![region(0, 10, 0, 50), region(10, 20, 5, 3), region(20, 30, 0, 2)],
+                regions: vec![
+                    region(0, 10, 0, 50),
+                    region(10, 20, 5, 3),
+                    region(20, 30, 0, 2),
+                ],
             },
             ProcRegions {
                 pid: 2,
                 regions: vec![region(0, 10, 9, 1), region(10, 20, 0, 80)],
             },
         ];
-        let hot: Vec<(u32, u64)> = hot_ranges(&procs, 1).iter().map(|(p, r)| (*p, r.start)).collect();
+        let hot: Vec<(u32, u64)> = hot_ranges(&procs, 1)
+            .iter()
+            .map(|(p, r)| (*p, r.start))
+            .collect();
         assert_eq!(hot, vec![(2, 0), (1, 10)]);
-        let cold: Vec<(u32, u64)> = cold_ranges(&procs, 10).iter().map(|(p, r)| (*p, r.start)).collect();
+        let cold: Vec<(u32, u64)> = cold_ranges(&procs, 10)
+            .iter()
+            .map(|(p, r)| (*p, r.start))
+            .collect();
         assert_eq!(cold, vec![(2, 10), (1, 0)]);
     }
 }

@@ -264,7 +264,13 @@ impl Metrics {
     }
 
     /// Sets one container-node heat histogram.
-    pub fn set_heat(&self, container: &str, node: u32, tier: &'static str, h: &hotness::heat::Histogram) {
+    pub fn set_heat(
+        &self,
+        container: &str,
+        node: u32,
+        tier: &'static str,
+        h: &hotness::heat::Histogram,
+    ) {
         for (i, &b) in h.by_freq.iter().enumerate() {
             self.container_heat_bytes
                 .get_or_create(&HeatLabels {

@@ -201,8 +201,13 @@ pub(crate) trait Sys {
     fn stat(&mut self, pid: u32, addrs: &[u64], status: &mut [i32]) -> Result<(), i32>;
     /// Move every address to `node`: `Ok(n)` with n = the positive return
     /// (pages not migrated), `Err(errno)` when the call fails.
-    fn migrate(&mut self, pid: u32, addrs: &[u64], node: u32, status: &mut [i32])
-        -> Result<u64, i32>;
+    fn migrate(
+        &mut self,
+        pid: u32,
+        addrs: &[u64],
+        node: u32,
+        status: &mut [i32],
+    ) -> Result<u64, i32>;
 }
 
 /// The real kernel.
@@ -235,7 +240,9 @@ fn raw_move_pages(
         )
     };
     if r < 0 {
-        Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
     } else {
         Ok(r as u64)
     }
@@ -838,10 +845,7 @@ mod tests {
             PageStatus::from_raw(-libc::ENOMEM),
             PageStatus::Other(libc::ENOMEM)
         );
-        assert_eq!(
-            PageStatus::from_raw(i32::MIN),
-            PageStatus::Other(i32::MAX)
-        );
+        assert_eq!(PageStatus::from_raw(i32::MIN), PageStatus::Other(i32::MAX));
     }
 
     #[test]
@@ -881,7 +885,10 @@ mod tests {
     #[test]
     fn base_page_stride_keeps_range_order() {
         let base = 0x7f00_0000_0000;
-        let (v, _) = resolve(&[(base + 8 * K4, base + 10 * K4), (base, base + 2 * K4 + 1)], &[]);
+        let (v, _) = resolve(
+            &[(base + 8 * K4, base + 10 * K4), (base, base + 2 * K4 + 1)],
+            &[],
+        );
         let a: Vec<u64> = v.iter().map(|p| p.addr - base).collect();
         assert_eq!(a, vec![8 * K4, 9 * K4, 0, K4, 2 * K4]);
         assert!(v.iter().all(|p| p.size == K4));
@@ -894,23 +901,41 @@ mod tests {
     #[test]
     fn thp_chunks_collapse_to_one_head() {
         let base = 0x7f00_0000_0000; // 2 MiB aligned
-        // Range covers: 1 MiB before a THP chunk, the THP chunk, half a base chunk.
+                                     // Range covers: 1 MiB before a THP chunk, the THP chunk, half a base chunk.
         let start = base + M2 - (1 << 20);
         let end = base + 2 * M2 + (1 << 20);
         let (v, probes) = resolve(&[(start, end)], &[base + M2]);
         assert_eq!(v.len(), 256 + 1 + 256);
-        assert_eq!(v[256], Page { addr: base + M2, size: M2 });
+        assert_eq!(
+            v[256],
+            Page {
+                addr: base + M2,
+                size: M2
+            }
+        );
         assert_eq!(v[255].addr, base + M2 - K4);
         assert_eq!(v[257].addr, base + 2 * M2);
-        assert_eq!(v.iter().map(|p| p.size).sum::<u64>(), end - start - (1 << 20) + (1 << 20));
+        assert_eq!(
+            v.iter().map(|p| p.size).sum::<u64>(),
+            end - start - (1 << 20) + (1 << 20)
+        );
         assert_eq!(probes, 3, "one probe per chunk");
         // Two ranges inside the same THP (a DAMON region split): one head, and
         // the head address even when the range starts mid-THP.
         let (v, _) = resolve(
-            &[(base + M2 + 64 * K4, base + M2 + 80 * K4), (base + M2, base + M2 + K4)],
+            &[
+                (base + M2 + 64 * K4, base + M2 + 80 * K4),
+                (base + M2, base + M2 + K4),
+            ],
             &[base + M2],
         );
-        assert_eq!(v, vec![Page { addr: base + M2, size: M2 }]);
+        assert_eq!(
+            v,
+            vec![Page {
+                addr: base + M2,
+                size: M2
+            }]
+        );
     }
 
     /// A simulated kernel: page → node for each address (base pages and THP
@@ -984,7 +1009,13 @@ mod tests {
         let ps = pages(100, K4, 0x1000_0000);
         for (i, p) in ps.iter().enumerate() {
             // every 4th page already on node 0, one on node 2
-            let n = if i % 4 == 0 { 0 } else if i == 1 { 2 } else { 1 };
+            let n = if i % 4 == 0 {
+                0
+            } else if i == 1 {
+                2
+            } else {
+                1
+            };
             k.nodes.insert(p.addr, n);
         }
         let rep = move_with(&mut k, ps.iter().copied(), 1, &[1], 0, 40 * K4, 16).unwrap();
@@ -994,7 +1025,10 @@ mod tests {
         let moved: Vec<usize> = (0..100)
             .filter(|&i| i % 4 != 0 && i != 1 && k.nodes[&ps[i].addr] == 0)
             .collect();
-        let expect: Vec<usize> = (0..100).filter(|&i| i % 4 != 0 && i != 1).take(40).collect();
+        let expect: Vec<usize> = (0..100)
+            .filter(|&i| i % 4 != 0 && i != 1)
+            .take(40)
+            .collect();
         assert_eq!(moved, expect);
         assert_eq!(k.nodes[&ps[1].addr], 2, "node 2 is not in `from`");
         // Already-there bytes seen before the budget ran out.
@@ -1099,7 +1133,11 @@ AnonHugePages:         0 kB
         let p = sample_plan(&[(0, 4 * K4), (8 * K4, 9 * K4)], 100, K4);
         assert_eq!(p, vec![vec![0, K4, 2 * K4, 3 * K4], vec![8 * K4]]);
         // Evenly spread, at most max, every range at least one.
-        let r = [(0, 1000 * K4), (1 << 30, (1 << 30) + K4), (1 << 32, (1 << 32) + 3000 * K4)];
+        let r = [
+            (0, 1000 * K4),
+            (1 << 30, (1 << 30) + K4),
+            (1 << 32, (1 << 32) + 3000 * K4),
+        ];
         let p = sample_plan(&r, 100, K4);
         let n: Vec<usize> = p.iter().map(Vec::len).collect();
         assert!(n.iter().sum::<usize>() <= 100, "{n:?}");
@@ -1121,8 +1159,14 @@ AnonHugePages:         0 kB
         for i in 0..100u64 {
             k.nodes.insert(i * K4, if i < 75 { 0 } else { 1 });
         }
-        let f = sample_with(&mut k, 1, &[(0, 100 * K4), (1 << 30, (1 << 30) + K4)], 1000, K4)
-            .unwrap();
+        let f = sample_with(
+            &mut k,
+            1,
+            &[(0, 100 * K4), (1 << 30, (1 << 30) + K4)],
+            1000,
+            K4,
+        )
+        .unwrap();
         assert_eq!(f[0], vec![(0, 0.75), (1, 0.25)]);
         assert!(f[1].is_empty(), "not present is left out");
     }
@@ -1145,12 +1189,7 @@ AnonHugePages:         0 kB
 
     fn first_node() -> u32 {
         let s = std::fs::read_to_string("/sys/devices/system/node/has_memory").unwrap();
-        s.trim()
-            .split([',', '-'])
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+        s.trim().split([',', '-']).next().unwrap().parse().unwrap()
     }
 
     #[test]
@@ -1161,7 +1200,10 @@ AnonHugePages:         0 kB
         let n = first_node();
         assert_eq!(st.len(), a.len());
         // On a one-node host every page is on that node; on more, on some node.
-        assert!(st.iter().all(|s| matches!(s, PageStatus::Node(_))), "{st:?}");
+        assert!(
+            st.iter().all(|s| matches!(s, PageStatus::Node(_))),
+            "{st:?}"
+        );
         if std::fs::read_to_string("/sys/devices/system/node/has_memory")
             .unwrap()
             .trim()
@@ -1202,7 +1244,10 @@ AnonHugePages:         0 kB
         let pid = c.id();
         c.wait().unwrap();
         let e = query_nodes(pid, &[0x1000]).unwrap_err();
-        assert!(matches!(e, MoveError::NoProcess { pid: p } if p == pid), "{e:?}");
+        assert!(
+            matches!(e, MoveError::NoProcess { pid: p } if p == pid),
+            "{e:?}"
+        );
         let e = Mover::default()
             .move_ranges(pid, &[(0x1000, 0x3000)], &[1], 0, u64::MAX)
             .unwrap_err();

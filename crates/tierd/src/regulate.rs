@@ -18,8 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotness::damon::{
-    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
-    Scheme,
+    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range, Scheme,
 };
 
 use crate::heatmon::{cold_ranges, hot_ranges, ProcRegions};
@@ -382,7 +381,7 @@ impl DamosMover {
         }
         let spec = KdamondSpec {
             ops: Ops::Paddr,
-            attrs: self.attrs.clone(),
+            attrs: self.attrs,
             pids: Vec::new(),
             schemes,
         };
@@ -463,12 +462,15 @@ mod tests {
 
     #[test]
     fn node_ranges_from_the_fixture_tree() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys");
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys");
         let r0 = node_phys_ranges(&root, 0).unwrap();
         let r1 = node_phys_ranges(&root, 1).unwrap();
         assert!(!r0.is_empty() && !r1.is_empty());
         // Disjoint, and node 1 (the CXL-like node) above node 0.
-        assert!(r0.iter().all(|a| r1.iter().all(|b| a.1 <= b.0 || b.1 <= a.0)));
+        assert!(r0
+            .iter()
+            .all(|a| r1.iter().all(|b| a.1 <= b.0 || b.1 <= a.0)));
         assert!(r1[0].0 >= r0[0].1);
     }
 }

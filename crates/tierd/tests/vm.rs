@@ -595,10 +595,18 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let n = nodes(&g.output, "tenants.slice/a");
-    assert!(n[0].0 <= 8 && n[0].1 >= 180, "should start on node 1: {n:?}\n{}", g.output);
+    assert!(
+        n[0].0 <= 8 && n[0].1 >= 180,
+        "should start on node 1: {n:?}\n{}",
+        g.output
+    );
     let st = statuses(&g.output);
     let ts = times(&g.output);
-    assert!(st.len() >= 40 && ts.len() >= st.len(), "too few samples:\n{}", g.output);
+    assert!(
+        st.len() >= 40 && ts.len() >= st.len(),
+        "too few samples:\n{}",
+        g.output
+    );
     let moved: Vec<u64> = st
         .iter()
         .map(|s| {
@@ -626,8 +634,16 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     let reps = reports(&g.output, "a");
     let last = &reps.last().expect("no tierload reports").1;
     let residency = last["hot_residency"].as_f64().unwrap();
-    assert!(residency >= 0.9, "hot set residency {residency}:\n{}", g.output);
-    assert!(total >= 40 * MIB, "tierd moved only {total} B:\n{}", g.output);
+    assert!(
+        residency >= 0.9,
+        "hot set residency {residency}:\n{}",
+        g.output
+    );
+    assert!(
+        total >= 40 * MIB,
+        "tierd moved only {total} B:\n{}",
+        g.output
+    );
     // Cold pages were not promoted wholesale: most of the 144 MiB cold part
     // stays on node 1.
     let (_, n1) = *n.last().unwrap();
@@ -674,7 +690,11 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
     // ... mostly by tierd's own cold-first demotion ...
     let cold_moved = c.moved_bytes.get("demote/move_pages").copied().unwrap_or(0);
-    assert!(cold_moved >= 100 * MIB, "cold-first demotion moved {cold_moved} B: {c:?}\n{}", g.output);
+    assert!(
+        cold_moved >= 100 * MIB,
+        "cold-first demotion moved {cold_moved} B: {c:?}\n{}",
+        g.output
+    );
     // ... and the 40 MiB hot set never left DRAM for long.
     let reps = reports(&g.output, "a");
     let res: Vec<f64> = reps
@@ -690,7 +710,10 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
     // DAMON saw the hot set: about 40 MiB (sampling is approximate).
     let hot = c.hot_fast_bytes.unwrap_or(0) + c.hot_lower_bytes.unwrap_or(0);
-    assert!((20 * MIB..=120 * MIB).contains(&hot), "hot bytes {hot}: {c:?}");
+    assert!(
+        (20 * MIB..=120 * MIB).contains(&hot),
+        "hot bytes {hot}: {c:?}"
+    );
 }
 
 /// tierd's kdamonds are gone after it stops; after `kill -9` they keep
@@ -746,7 +769,10 @@ grep -i damon /tmp/tierd3.log | head -3
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let after = |phase: &str| -> String {
-        let mut lines = g.output.lines().skip_while(|l| *l != format!("PHASE {phase}"));
+        let mut lines = g
+            .output
+            .lines()
+            .skip_while(|l| *l != format!("PHASE {phase}"));
         lines
             .find(|l| l.starts_with("KDAMONDS"))
             .unwrap_or_else(|| panic!("no KDAMONDS after {phase}:\n{}", g.output))
@@ -766,7 +792,11 @@ grep -i damon /tmp/tierd3.log | head -3
         g.output
     );
     let st = statuses(&g.output);
-    assert!(st[0].hotness == "damon" && st[0].damon_targets == 1, "{:?}", st[0]);
+    assert!(
+        st[0].hotness == "damon" && st[0].damon_targets == 1,
+        "{:?}",
+        st[0]
+    );
     let foreign = st.last().unwrap();
     assert!(
         foreign.hotness.starts_with("usage (") && foreign.hotness.contains("kdamonds/0"),

@@ -140,7 +140,7 @@ fn find_module(dir: &Path, want: &str) -> Result<Option<PathBuf>> {
 /// of the first stanza of `/etc/apt/sources.list.d/debian.sources` — or the
 /// first `deb` line of `/etc/apt/sources.list` — with another suite; no mirror
 /// is hard-coded), `apt-get update`, `apt-get install -t <codename>-backports
-/// qemu-system-x86 busybox-static cpio xz-utils`. The kernel: the package that
+/// qemu-system-x86 busybox-static cpio xz-utils numactl`. The kernel: the package that
 /// [`KERNEL_META_PACKAGE`] depends on is fetched with `apt-get download` and
 /// unpacked with `dpkg-deb -x` into `<cache>/kernel/<release>`, never installed.
 ///
@@ -166,6 +166,10 @@ pub fn setup() -> Result<Assets> {
     }
     if which("xz").is_none() {
         missing.push("xz-utils");
+    }
+    // numactl: `migratepages`, the baseline of the move_pages throughput test.
+    if which("migratepages").is_none() {
+        missing.push("numactl");
     }
     if !missing.is_empty() {
         require_root(&missing.join(" "))?;

@@ -23,8 +23,11 @@ use hotness::{Attrs, Damon, KdamondSpec, Ops, Scheme, DEFAULT_ROOT};
 #[command(about = "Per-process DAMON heat: one JSON line per pid")]
 struct Args {
     /// Processes to monitor, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "paddr")]
     pids: Vec<u32>,
+    /// Monitor physical memory instead (one line with `"paddr":true`).
+    #[arg(long, conflicts_with = "pids")]
+    paddr: bool,
     /// How long to monitor before reading the regions (seconds).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -75,11 +78,22 @@ fn run(args: &Args, damon: &mut Damon) -> Result<(), hotness::Error> {
         aggr_us: args.aggr_us,
         ..Attrs::default()
     };
-    let spec = KdamondSpec {
-        ops: Ops::Vaddr,
-        attrs,
-        pids: args.pids.clone(),
-        schemes: (0..args.pids.len() as u32).map(Scheme::stat_for_target).collect(),
+    let spec = if args.paddr {
+        KdamondSpec {
+            ops: Ops::Paddr,
+            attrs,
+            pids: Vec::new(),
+            schemes: vec![Scheme::stat()],
+        }
+    } else {
+        KdamondSpec {
+            ops: Ops::Vaddr,
+            attrs,
+            pids: args.pids.clone(),
+            schemes: (0..args.pids.len() as u32)
+                .map(Scheme::stat_for_target)
+                .collect(),
+        }
     };
     if claim.adopted[0] {
         damon.stop(idx)?;
@@ -89,6 +103,26 @@ fn run(args: &Args, damon: &mut Damon) -> Result<(), hotness::Error> {
     std::thread::sleep(Duration::from_secs_f64(args.seconds.max(0.0)));
     let per_scheme = damon.tried_regions(idx)?;
     let params = HeatParams::from_attrs(&attrs, args.hot_min);
+    if args.paddr {
+        let mut regions = per_scheme.into_iter().next().unwrap_or_default();
+        let mut h = ContainerHeat::default();
+        heat::accumulate(&mut h, &regions, &params, |_| Vec::new());
+        heat::hottest_first(&mut regions);
+        let hottest = regions
+            .first()
+            .map(|r| serde_json::json!([r.start, r.end, r.nr_accesses]));
+        println!(
+            "{}",
+            serde_json::json!({
+                "paddr": true,
+                "regions": regions.len(),
+                "total_bytes": h.total_bytes(),
+                "hot_bytes": h.hot_bytes(),
+                "hottest": hottest,
+            })
+        );
+        return Ok(());
+    }
     for (pid, mut regions) in args.pids.iter().zip(per_scheme) {
         let mut h = ContainerHeat::default();
         heat::accumulate(&mut h, &regions, &params, |_| Vec::new());
@@ -101,7 +135,9 @@ fn run(args: &Args, damon: &mut Damon) -> Result<(), hotness::Error> {
             }
         }
         heat::hottest_first(&mut regions);
-        let hottest = regions.first().map(|r| serde_json::json!([r.start, r.end, r.nr_accesses]));
+        let hottest = regions
+            .first()
+            .map(|r| serde_json::json!([r.start, r.end, r.nr_accesses]));
         println!(
             "{}",
             serde_json::json!({
