@@ -85,13 +85,14 @@ impl VmArgs {
 }
 
 /// Binaries the guest gets from target/release, when built.
-const GUEST_BINARIES: [&str; 6] = [
+const GUEST_BINARIES: [&str; 7] = [
     "tierd",
     "tierctl",
     "tierload",
     "tierscen",
     "movebench",
     "damon-heat",
+    "hint-probe",
 ];
 
 fn main() -> ExitCode {

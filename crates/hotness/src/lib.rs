@@ -1,12 +1,14 @@
-//! Access sampling for tierd: the DAMON sysfs driver ([`damon`]) and the
-//! aggregation of DAMON regions into per-container heat per node ([`heat`]).
-//! No decisions are taken here.
+//! Access sampling for tierd: the DAMON sysfs driver ([`damon`]), the
+//! aggregation of DAMON regions into per-container heat per node ([`heat`]),
+//! and the eBPF NUMA hint-fault probe ([`probe`]). No decisions are taken here.
 
 pub mod damon;
 pub mod heat;
+pub mod probe;
 
 pub use damon::{
     AccessPattern, Action, Attrs, Claim, Damon, Error, Filter, FilterKind, KdamondSpec, Ops, Quota,
     Range, Scheme, SchemeStats, TriedRegion, DEFAULT_ROOT, DEFAULT_STATE_FILE,
 };
 pub use heat::{ContainerHeat, HeatParams, Histogram, NodeHeat};
+pub use probe::{HintCounts, HintFaultProbe, HintKey, ProbeError, ProbeOptions, ProbeReading};

@@ -132,8 +132,8 @@ pub struct PolicyParams {
 /// over a sliding window as `max(pingpong_bytes, min(demoted, promoted))`:
 /// bytes that went down and came back up. Above `pingpong_bytes_per_s` the
 /// container's damping level rises by one (at most once per half window, up
-/// to `max_level`); each level halves its promotion budget and doubles its
-/// hysteresis band (Equilibria halves the promotion rate of a thrashing
+/// to `max_level`); each level halves its promotion budget and doubles the
+/// promotion side of its hysteresis band (Equilibria halves the promotion rate of a thrashing
 /// cgroup; its scan-rate floor is 1/16, hence `max_level` 4). The level falls
 /// by one after the rate has stayed below half the threshold for `settle_ms`.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,8 +208,10 @@ pub struct ContainerPlan {
     /// target, so kswapd demotes from those first.
     pub memory_low_bytes: u64,
     pub state: PlacementState,
-    /// Thrash damping level (0 = none): promotion budget ÷ 2^level, band ×
-    /// 2^level; movers also lengthen the minimum idle age before demotion.
+    /// Thrash damping level (0 = none): promotion budget ÷ 2^level, the
+    /// promotion side of the band × 2^level (the demotion side is unchanged:
+    /// a thrashing container above its target is still demoted); movers also
+    /// lengthen the minimum idle age before demotion.
     pub damping_level: u32,
     /// Ping-pong estimate over the thrash window, bytes/s.
     pub pingpong_bytes_per_s: u64,

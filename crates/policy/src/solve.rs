@@ -180,12 +180,17 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         if c.policy.opt_out {
             continue;
         }
-        let band =
-            band_bytes(params, p.target_bytes).saturating_mul(1u64 << p.damping_level.min(16));
+        // Damping widens only the promotion side of the band: a container
+        // that thrashes while holding more than its share (the kernel promotes
+        // it, kswapd demotes it) is the one its neighbours need demoted, and
+        // leaving it above target lets kswapd take from them instead (seen in
+        // the emulated host: a protected neighbour lost 105 MiB, not 60).
+        let band = band_bytes(params, p.target_bytes);
+        let promote_band = band.saturating_mul(1u64 << p.damping_level.min(16));
         if c.fast_bytes > p.target_bytes.saturating_add(band) {
             p.state = PlacementState::OverTarget;
             over.push((i, c.fast_bytes - p.target_bytes));
-        } else if c.fast_bytes.saturating_add(band) < p.target_bytes && c.slow_bytes > 0 {
+        } else if c.fast_bytes.saturating_add(promote_band) < p.target_bytes && c.slow_bytes > 0 {
             p.state = PlacementState::UnderTarget;
             under.push((i, (p.target_bytes - c.fast_bytes).min(c.slow_bytes)));
         } else {

@@ -742,7 +742,7 @@ fn moved(mut c: ContainerSnapshot, down: u64, up: u64, exact: u64) -> ContainerS
 }
 
 #[test]
-fn ping_pong_raises_damping_which_halves_promotion_and_widens_the_band() {
+fn ping_pong_raises_damping_which_halves_promotion_and_widens_the_promotion_band() {
     let mut p = params();
     p.band_min_bytes = 8 * MIB;
     p.thrash = ThrashParams {
@@ -788,6 +788,14 @@ fn ping_pong_raises_damping_which_halves_promotion_and_widens_the_band() {
     s.elapsed_ms = 1_000;
     let plan = solve(&s, &p, &mut st);
     assert_eq!(plan.containers[0].state, PlacementState::AtTarget);
+    // ... but only on the promotion side: 20 MiB over its target it is still
+    // over target and demoted (it holds DRAM its neighbours are owed).
+    let mut s = snap(400 * MIB, vec![c(1, 420 * MIB, 580 * MIB)]);
+    s.elapsed_ms = 1_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.containers[0].damping_level, 2);
+    assert_eq!(plan.containers[0].state, PlacementState::OverTarget);
+    assert!(plan.containers[0].demote_bytes > 0);
 
     // Calm: the window empties, then settle_ms below half the threshold
     // lowers the level one step at a time.

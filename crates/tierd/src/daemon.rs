@@ -33,9 +33,20 @@ async fn metrics_handler(State(s): State<Shared>) -> impl IntoResponse {
     )
 }
 
-async fn status_handler(State(s): State<Shared>) -> impl IntoResponse {
+/// `/status`: the last cycle's view. Until the first cycle has completed
+/// (starting kdamonds and the probe can take a while) it answers 503, so that
+/// `tierctl status` and health checks never read an empty container list as
+/// "nothing managed".
+async fn status_handler(State(s): State<Shared>) -> axum::response::Response {
     let status = s.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    axum::Json(status)
+    if status.cycles == 0 {
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "tierd is starting: no control cycle has completed yet\n",
+        )
+            .into_response();
+    }
+    axum::Json(status).into_response()
 }
 
 /// Sets the host-wide knobs the config asks for. In observe-only mode nothing

@@ -199,7 +199,7 @@ impl Metrics {
             container_damon_regions: reg!("tierd_container_damon_regions", "DAMON regions of the container's monitored processes", Family::default()),
             container_migrated_bytes: reg!("tierd_container_migrated_bytes", "Bytes tierd moved itself, by direction (promote, demote) and mechanism (move_pages, damos); these appear in no memcg counter", Family::default()),
             move_pages_failures: reg!("tierd_move_pages_failures", "Pages move_pages(2) did not move, by per-page status", Family::default()),
-            container_damping_level: reg!("tierd_container_thrash_damping_level", "Thrash damping level (0 = none; each level halves promotion and doubles the band)", Family::default()),
+            container_damping_level: reg!("tierd_container_thrash_damping_level", "Thrash damping level (0 = none; each level halves the promotion budget and doubles the promotion band)", Family::default()),
             container_pingpong_bytes_per_second: reg!("tierd_container_pingpong_bytes_per_second", "Bytes per second demoted and promoted again within the thrash window", Family::default()),
             damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
             kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),

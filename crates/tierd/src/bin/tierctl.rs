@@ -43,7 +43,11 @@ fn get(addr: &str, path: &str) -> Result<String> {
         bail!("malformed HTTP answer from {addr}");
     };
     if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!("{addr}{path}: {}", head.lines().next().unwrap_or(""));
+        bail!(
+            "{addr}{path}: {} {}",
+            head.lines().next().unwrap_or(""),
+            body.trim()
+        );
     }
     Ok(body.to_owned())
 }

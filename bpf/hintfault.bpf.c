@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * tierd's NUMA hint-fault probe: per-memcg, per-node counts of hint faults,
+ * promotion candidates and promotion outcomes, seen on the kernel's own fast
+ * path (NUMA balancing). `do_numa_page` is inlined on 6.12 and cannot be
+ * attached; the functions below can (checked in the emulated host, Debian
+ * 6.12): see ../../shared/DESIGN.md, "Kernel facts".
+ *
+ *   fexit  numa_migrate_check(folio, vmf, addr, flags, writable, last_cpupid)
+ *          one call = one memcg `numa_hint_faults` event (PTE and PMD);
+ *          return != NUMA_NO_NODE = a migration candidate to that node
+ *   fexit  migrate_misplaced_folio_prepare(folio, vma, node)
+ *          != 0: the candidate was dropped before migration
+ *   fentry/fexit migrate_misplaced_folio(folio, vma, node)
+ *          0 = migrated; at fexit the old folio's memcg_data is already 0,
+ *          so memcg, node and size are captured at fentry per thread
+ *
+ * Records: hintfault.h. The memcg is the folio's (as the kernel charges it),
+ * not the faulting task's.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "hintfault.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* NODES_SHIFT of the running kernel (CONFIG_NODES_SHIFT, 10 on Debian's
+ * x86-64 kernels): not in BTF, so the loader sets it. The node id is the top
+ * NODES_SHIFT bits of folio->flags (SPARSEMEM_VMEMMAP: no section bits). */
+const volatile __u32 nodes_shift = 10;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct hf_key);
+	__type(value, struct hf_counts);
+} counts SEC(".maps");
+
+struct inflight {
+	__u64 memcg_id;
+	__u64 start_ns;
+	__u32 src_nid;
+	__u32 nr_pages;
+};
+
+/* migrate_misplaced_folio in progress, by pid_tgid (it may sleep). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hf_hist);
+} latency SEC(".maps");
+
+static __always_inline __u64 folio_memcg_id(struct folio *folio)
+{
+	unsigned long data = BPF_CORE_READ(folio, memcg_data);
+	unsigned long nflags = bpf_core_enum_value(enum page_memcg_data_flags, __NR_MEMCG_DATA_FLAGS);
+	unsigned long kmem = bpf_core_enum_value(enum page_memcg_data_flags, MEMCG_DATA_KMEM);
+	struct mem_cgroup *memcg;
+
+	if (!data || (data & kmem))
+		return 0;
+	memcg = (struct mem_cgroup *)(data & ~(nflags - 1));
+	return BPF_CORE_READ(memcg, css.cgroup, kn, id);
+}
+
+static __always_inline __u32 folio_nid(struct folio *folio)
+{
+	unsigned long flags = BPF_CORE_READ(folio, flags);
+	__u32 shift = nodes_shift;
+
+	if (shift == 0 || shift > 16)
+		return 0;
+	return (__u32)(flags >> (64 - shift)) & ((1u << shift) - 1);
+}
+
+static __always_inline __u32 folio_pages(struct folio *folio)
+{
+	unsigned long flags = BPF_CORE_READ(folio, flags);
+	__u32 head = bpf_core_enum_value(enum pageflags, PG_head);
+
+	if (flags & (1ul << head))
+		return BPF_CORE_READ(folio, _folio_nr_pages);
+	return 1;
+}
+
+static __always_inline struct hf_counts *slot(__u64 memcg, __u32 src, __u32 dst)
+{
+	struct hf_key key = { .memcg_id = memcg, .src_nid = src, .dst_nid = dst };
+	struct hf_counts *c = bpf_map_lookup_elem(&counts, &key);
+
+	if (c)
+		return c;
+	struct hf_counts zero = {};
+	/* Full map: the event is lost rather than evicting another memcg. */
+	bpf_map_update_elem(&counts, &key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&counts, &key);
+}
+
+SEC("fexit/numa_migrate_check")
+int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long addr,
+	     int *flags, bool writable, int *last_cpupid, int ret)
+{
+	__u32 dst = ret < 0 ? HF_NO_NODE : (__u32)ret;
+	struct hf_counts *c = slot(folio_memcg_id(folio), folio_nid(folio), dst);
+
+	if (!c)
+		return 0;
+	c->hint_faults++;
+	if (ret >= 0)
+		c->candidates++;
+	return 0;
+}
+
+SEC("fexit/migrate_misplaced_folio_prepare")
+int BPF_PROG(hf_prepare, struct folio *folio, struct vm_area_struct *vma, int node, int ret)
+{
+	struct hf_counts *c;
+
+	if (ret == 0)
+		return 0;
+	c = slot(folio_memcg_id(folio), folio_nid(folio), (__u32)node);
+	if (c)
+		c->prepare_failed++;
+	return 0;
+}
+
+SEC("fentry/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, int node)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct inflight f = {
+		.memcg_id = folio_memcg_id(folio),
+		.start_ns = bpf_ktime_get_ns(),
+		.src_nid = folio_nid(folio),
+		.nr_pages = folio_pages(folio),
+	};
+
+	bpf_map_update_elem(&inflight, &id, &f, BPF_ANY);
+	return 0;
+}
+
+SEC("fexit/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, int node, int ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct inflight *f = bpf_map_lookup_elem(&inflight, &id);
+	struct hf_counts *c;
+	struct hf_hist *h;
+	__u32 zero = 0;
+
+	if (!f)
+		return 0;
+	__u64 ns = bpf_ktime_get_ns() - f->start_ns;
+	c = slot(f->memcg_id, f->src_nid, (__u32)node);
+	if (c) {
+		if (ret == 0) {
+			c->migrated++;
+			c->migrated_pages += f->nr_pages;
+		} else {
+			c->migrate_failed++;
+			c->migrate_failed_pages += f->nr_pages;
+		}
+	}
+	bpf_map_delete_elem(&inflight, &id);
+	h = bpf_map_lookup_elem(&latency, &zero);
+	if (h) {
+		__u32 b = 0;
+		/* floor(log2(ns)), bounded loop for the verifier */
+		for (int i = 1; i < HF_LAT_BUCKETS; i++)
+			if (ns >> i)
+				b = i;
+		h->buckets[b & (HF_LAT_BUCKETS - 1)]++;
+	}
+	return 0;
+}

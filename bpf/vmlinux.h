@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Minimal kernel type definitions for hintfault.bpf.c, written by hand rather
+ * than generated with `bpftool btf dump ... format c`: a generated header is
+ * ~120,000 lines for one kernel build, while the probe touches five structs.
+ * Every struct carries preserve_access_index, so each field access becomes a
+ * CO-RE relocation that libbpf resolves against the running kernel's BTF by
+ * field *name* (anonymous unions in the real layout are fine): the offsets
+ * below are never used as written. Enums are read with bpf_core_enum_value(),
+ * so their values here are placeholders checked against the kernel at load.
+ * Field names as in Linux 6.12 (include/linux/mm_types.h, memcontrol.h,
+ * cgroup-defs.h, kernfs.h).
+ */
+#ifndef TIERD_VMLINUX_H
+#define TIERD_VMLINUX_H
+
+typedef unsigned char __u8;
+typedef short unsigned int __u16;
+typedef unsigned int __u32;
+typedef long long unsigned int __u64;
+typedef signed char __s8;
+typedef short int __s16;
+typedef int __s32;
+typedef long long int __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+enum { false = 0, true = 1 };
+
+/* uapi (include/uapi/linux/bpf.h): stable numbers. */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+enum { BPF_ANY = 0, BPF_NOEXIST = 1, BPF_EXIST = 2 };
+
+#pragma clang attribute push (__attribute__((preserve_access_index)), apply_to = record)
+
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+};
+
+struct mem_cgroup {
+	struct cgroup_subsys_state css;
+};
+
+struct folio {
+	unsigned long flags;
+	unsigned long memcg_data;
+	unsigned int _folio_nr_pages;
+};
+
+struct vm_fault;
+struct vm_area_struct;
+
+#pragma clang attribute pop
+
+enum page_memcg_data_flags {
+	MEMCG_DATA_OBJEXTS = 1,
+	MEMCG_DATA_KMEM = 2,
+	__NR_MEMCG_DATA_FLAGS = 4,
+};
+
+enum pageflags {
+	PG_head = 6,
+};
+
+#endif

@@ -1,0 +1,570 @@
+//! The eBPF NUMA hint-fault probe (`bpf/hintfault.bpf.c`): loader and map
+//! reader.
+//!
+//! The probe counts, per memcg (cgroup v2 directory inode) and per
+//! (source node, destination node): NUMA hint faults, promotion candidates,
+//! candidates dropped before migration, and migrations that succeeded or
+//! failed (calls and base pages), plus a log2 histogram of the time spent in
+//! `migrate_misplaced_folio` (ns). Counts are cumulative since load; the
+//! caller turns them into rates. Record layouts are `bpf/hintfault.h`; the
+//! Rust views are the skeleton's generated `types`, decoded here from the raw
+//! map bytes.
+//!
+//! Attach points (Linux 6.12 with BTF; `do_numa_page` is inlined and cannot be
+//! attached, see DESIGN.md "Kernel facts"): fexit `numa_migrate_check`, fexit
+//! `migrate_misplaced_folio_prepare`, fentry+fexit `migrate_misplaced_folio`.
+//! `numa_migrate_check` is required; the others are attached when the kernel
+//! has them, and [`HintFaultProbe::attached`] says which.
+//!
+//! Errors: [`ProbeError`] says why the probe cannot run (no BTF, no
+//! privilege, a missing function, a verifier or attach failure) and what to
+//! do; the caller falls back to `memory.stat` counters.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+#[allow(clippy::all, missing_docs, non_camel_case_types, dead_code)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/hintfault.skel.rs"));
+}
+
+use skel::types;
+
+/// Where the running kernel's BTF lives (CONFIG_DEBUG_INFO_BTF).
+pub const DEFAULT_BTF: &str = "/sys/kernel/btf/vmlinux";
+/// `CONFIG_NODES_SHIFT` of Debian's x86-64 kernels: the node id is the top
+/// this-many bits of `folio->flags`. Not in BTF, so it is a setting.
+pub const DEFAULT_NODES_SHIFT: u32 = 10;
+/// Buckets of the promotion-latency histogram (`HF_LAT_BUCKETS`).
+pub const LATENCY_BUCKETS: usize = 32;
+/// `HF_NO_NODE`: the key's destination when the kernel chose no node.
+const NO_NODE: u32 = u32::MAX;
+
+/// The function every hint fault passes through; without it there is no probe.
+pub const REQUIRED_FUNCTION: &str = "numa_migrate_check";
+/// Functions whose programs are attached only when the kernel has them.
+pub const OPTIONAL_FUNCTIONS: [&str; 2] =
+    ["migrate_misplaced_folio_prepare", "migrate_misplaced_folio"];
+
+/// Why the probe is not running. `Display` names the cause and the fix.
+#[derive(Debug)]
+pub enum ProbeError {
+    /// The kernel exposes no BTF (`CONFIG_DEBUG_INFO_BTF`): fentry/fexit
+    /// programs cannot be attached.
+    NoBtf { path: PathBuf },
+    /// A function the probe attaches to is not in the kernel's BTF.
+    MissingFunction { name: &'static str, btf: PathBuf },
+    /// Loading or attaching was refused for lack of privilege (EPERM/EACCES).
+    NotPermitted { detail: String },
+    /// Any other libbpf failure (verifier, CO-RE relocation, attach).
+    Load { step: &'static str, detail: String },
+    /// A map record had an unexpected size.
+    Record {
+        map: &'static str,
+        len: usize,
+        want: usize,
+    },
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeError::NoBtf { path } => write!(
+                f,
+                "{}: no kernel BTF; the eBPF hint-fault probe needs a kernel built with CONFIG_DEBUG_INFO_BTF (Debian's 6.12 kernels have it)",
+                path.display()
+            ),
+            ProbeError::MissingFunction { name, btf } => write!(
+                f,
+                "kernel function {name} is not in {} (inlined or renamed in this kernel); the probe needs Linux 6.11+ NUMA-balancing code",
+                btf.display()
+            ),
+            ProbeError::NotPermitted { detail } => write!(
+                f,
+                "loading BPF programs was refused ({detail}); run tierd as root or with CAP_BPF and CAP_PERFMON"
+            ),
+            ProbeError::Load { step, detail } => write!(f, "BPF {step} failed: {detail}"),
+            ProbeError::Record { map, len, want } => {
+                write!(f, "BPF map {map}: record of {len} bytes, expected {want}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+fn libbpf_err(step: &'static str, e: libbpf_rs::Error) -> ProbeError {
+    use libbpf_rs::ErrorKind;
+    match e.kind() {
+        ErrorKind::PermissionDenied => ProbeError::NotPermitted {
+            detail: format!("{step}: {e}"),
+        },
+        _ => ProbeError::Load {
+            step,
+            detail: format!("{e:#}"),
+        },
+    }
+}
+
+/// Loader settings.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Kernel BTF file checked for the attach points (default [`DEFAULT_BTF`]).
+    pub btf: PathBuf,
+    /// `CONFIG_NODES_SHIFT` of the running kernel (default 10).
+    pub nodes_shift: u32,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            btf: DEFAULT_BTF.into(),
+            nodes_shift: DEFAULT_NODES_SHIFT,
+        }
+    }
+}
+
+/// One row of the `counts` map: a memcg and a (source, destination) node pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HintKey {
+    /// cgroup v2 directory inode of the folio's memcg; 0 = none (kernel
+    /// memory, or memcg disabled).
+    pub memcg_id: u64,
+    /// Node the folio was on.
+    pub src_nid: u32,
+    /// Node the kernel wanted it on; `None` when it chose none.
+    pub dst_nid: Option<u32>,
+}
+
+/// Counts of one [`HintKey`], summed over CPUs. Events are calls; `*_pages`
+/// are base pages (a THP counts 512).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HintCounts {
+    /// NUMA hint faults (= memcg `numa_hint_faults` events).
+    pub hint_faults: u64,
+    /// Faults for which the kernel chose a target node.
+    pub candidates: u64,
+    /// Candidates dropped by `migrate_misplaced_folio_prepare`.
+    pub prepare_failed: u64,
+    /// `migrate_misplaced_folio` calls that returned 0 / non-zero.
+    pub migrated: u64,
+    pub migrate_failed: u64,
+    /// Base pages in those calls.
+    pub migrated_pages: u64,
+    pub migrate_failed_pages: u64,
+}
+
+impl HintCounts {
+    fn add(&mut self, o: &HintCounts) {
+        self.hint_faults += o.hint_faults;
+        self.candidates += o.candidates;
+        self.prepare_failed += o.prepare_failed;
+        self.migrated += o.migrated;
+        self.migrate_failed += o.migrate_failed;
+        self.migrated_pages += o.migrated_pages;
+        self.migrate_failed_pages += o.migrate_failed_pages;
+    }
+
+    /// `self − earlier`, field by field, saturating (a key deleted and
+    /// re-created restarts from zero).
+    pub fn since(&self, earlier: &HintCounts) -> HintCounts {
+        HintCounts {
+            hint_faults: self.hint_faults.saturating_sub(earlier.hint_faults),
+            candidates: self.candidates.saturating_sub(earlier.candidates),
+            prepare_failed: self.prepare_failed.saturating_sub(earlier.prepare_failed),
+            migrated: self.migrated.saturating_sub(earlier.migrated),
+            migrate_failed: self.migrate_failed.saturating_sub(earlier.migrate_failed),
+            migrated_pages: self.migrated_pages.saturating_sub(earlier.migrated_pages),
+            migrate_failed_pages: self
+                .migrate_failed_pages
+                .saturating_sub(earlier.migrate_failed_pages),
+        }
+    }
+}
+
+/// A full read of the probe's maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeReading {
+    /// Cumulative counts since load, by memcg and node pair.
+    pub counts: BTreeMap<HintKey, HintCounts>,
+    /// Cumulative `migrate_misplaced_folio` durations: bucket i counts calls
+    /// that took [2^i, 2^(i+1)) ns.
+    pub latency_ns_log2: [u64; LATENCY_BUCKETS],
+}
+
+impl ProbeReading {
+    /// Counts of one memcg summed over node pairs.
+    pub fn memcg_total(&self, memcg_id: u64) -> HintCounts {
+        let mut t = HintCounts::default();
+        for (_, c) in self
+            .counts
+            .range(
+                HintKey {
+                    memcg_id,
+                    src_nid: 0,
+                    dst_nid: None,
+                }..,
+            )
+            .take_while(|(k, _)| k.memcg_id == memcg_id)
+        {
+            t.add(c);
+        }
+        t
+    }
+}
+
+/// Decodes a `struct hf_key` from map bytes (native endian, 16 bytes).
+pub fn decode_key(b: &[u8]) -> Result<HintKey, ProbeError> {
+    let k: types::hf_key = read_record("counts (key)", b)?;
+    Ok(HintKey {
+        memcg_id: k.memcg_id,
+        src_nid: k.src_nid,
+        dst_nid: (k.dst_nid != NO_NODE).then_some(k.dst_nid),
+    })
+}
+
+/// Encodes a key as the map stores it (for deletion).
+pub fn encode_key(k: &HintKey) -> Vec<u8> {
+    let mut v = Vec::with_capacity(size_of::<types::hf_key>());
+    v.extend_from_slice(&k.memcg_id.to_ne_bytes());
+    v.extend_from_slice(&k.src_nid.to_ne_bytes());
+    v.extend_from_slice(&k.dst_nid.unwrap_or(NO_NODE).to_ne_bytes());
+    v
+}
+
+/// Decodes and sums the per-CPU values of one `counts` entry.
+pub fn decode_counts<B: AsRef<[u8]>>(per_cpu: &[B]) -> Result<HintCounts, ProbeError> {
+    let mut t = HintCounts::default();
+    for b in per_cpu {
+        let c: types::hf_counts = read_record("counts (value)", b.as_ref())?;
+        t.add(&HintCounts {
+            hint_faults: c.hint_faults,
+            candidates: c.candidates,
+            prepare_failed: c.prepare_failed,
+            migrated: c.migrated,
+            migrate_failed: c.migrate_failed,
+            migrated_pages: c.migrated_pages,
+            migrate_failed_pages: c.migrate_failed_pages,
+        });
+    }
+    Ok(t)
+}
+
+/// Decodes and sums the per-CPU latency histograms.
+pub fn decode_latency<B: AsRef<[u8]>>(per_cpu: &[B]) -> Result<[u64; LATENCY_BUCKETS], ProbeError> {
+    let mut t = [0u64; LATENCY_BUCKETS];
+    for b in per_cpu {
+        let h: types::hf_hist = read_record("latency", b.as_ref())?;
+        for (a, x) in t.iter_mut().zip(h.buckets) {
+            *a += x;
+        }
+    }
+    Ok(t)
+}
+
+/// Copies a plain-old-data record out of map bytes. The generated types hold
+/// only integers (any bit pattern is valid), and the length is checked.
+fn read_record<T: Copy>(map: &'static str, b: &[u8]) -> Result<T, ProbeError> {
+    if b.len() != size_of::<T>() {
+        return Err(ProbeError::Record {
+            map,
+            len: b.len(),
+            want: size_of::<T>(),
+        });
+    }
+    // SAFETY: the length equals size_of::<T>(), T is a #[repr(C)] struct of
+    // integer fields generated from bpf/hintfault.h, and the read is unaligned.
+    Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+/// Whether the kernel's BTF has a function named `name`.
+fn btf_has_function(btf: &libbpf_rs::btf::Btf<'_>, name: &str) -> bool {
+    btf.type_by_name::<libbpf_rs::btf::types::Func<'_>>(name)
+        .is_some()
+}
+
+/// The loaded and attached probe. Dropping it detaches every program.
+pub struct HintFaultProbe {
+    skel: skel::HintfaultSkel<'static>,
+    attached: Vec<&'static str>,
+    nr_cpus: usize,
+}
+
+impl fmt::Debug for HintFaultProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HintFaultProbe")
+            .field("attached", &self.attached)
+            .finish()
+    }
+}
+
+impl HintFaultProbe {
+    /// Checks BTF, opens, loads and attaches the probe.
+    ///
+    /// Errors: [`ProbeError::NoBtf`] when `opts.btf` is missing,
+    /// [`ProbeError::MissingFunction`] when `numa_migrate_check` is not in it,
+    /// [`ProbeError::NotPermitted`] without CAP_BPF/CAP_PERFMON,
+    /// [`ProbeError::Load`] for verifier, relocation or attach failures.
+    pub fn load(opts: &ProbeOptions) -> Result<HintFaultProbe, ProbeError> {
+        if !opts.btf.is_file() {
+            return Err(ProbeError::NoBtf {
+                path: opts.btf.clone(),
+            });
+        }
+        let btf = libbpf_rs::btf::Btf::from_path(&opts.btf).map_err(|e| ProbeError::Load {
+            step: "reading kernel BTF",
+            detail: format!("{}: {e}", opts.btf.display()),
+        })?;
+        if !btf_has_function(&btf, REQUIRED_FUNCTION) {
+            return Err(ProbeError::MissingFunction {
+                name: REQUIRED_FUNCTION,
+                btf: opts.btf.clone(),
+            });
+        }
+        let has: Vec<bool> = OPTIONAL_FUNCTIONS
+            .iter()
+            .map(|f| btf_has_function(&btf, f))
+            .collect();
+        drop(btf);
+
+        // The skeleton borrows its object storage for its whole life; the
+        // probe lives as long as the daemon, so the storage is leaked once.
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = skel::HintfaultSkelBuilder::default()
+            .open(storage)
+            .map_err(|e| libbpf_err("open", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.nodes_shift = opts.nodes_shift;
+        }
+        let mut attached = vec![REQUIRED_FUNCTION];
+        if !has[0] {
+            open.progs.hf_prepare.set_autoload(false);
+        } else {
+            attached.push(OPTIONAL_FUNCTIONS[0]);
+        }
+        if !has[1] {
+            open.progs.hf_migrate_enter.set_autoload(false);
+            open.progs.hf_migrate_exit.set_autoload(false);
+        } else {
+            attached.push(OPTIONAL_FUNCTIONS[1]);
+        }
+        let mut skel = open.load().map_err(|e| libbpf_err("load", e))?;
+        skel.attach().map_err(|e| libbpf_err("attach", e))?;
+        let nr_cpus = libbpf_rs::num_possible_cpus().map_err(|e| libbpf_err("cpu count", e))?;
+        Ok(HintFaultProbe {
+            skel,
+            attached,
+            nr_cpus,
+        })
+    }
+
+    /// Kernel functions the probe is attached to.
+    pub fn attached(&self) -> &[&'static str] {
+        &self.attached
+    }
+
+    /// Possible CPUs (the number of per-CPU values per map entry).
+    pub fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    /// Run statistics of the probe's programs, `(name, runs, total ns)`,
+    /// as the kernel keeps them while `kernel.bpf_stats_enabled` = 1
+    /// (zeros otherwise). The cost the probe adds to each hint fault is
+    /// `hf_check`'s ns / runs.
+    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+        let p = &self.skel.progs;
+        let ids: Vec<u32> = [
+            &p.hf_check,
+            &p.hf_prepare,
+            &p.hf_migrate_enter,
+            &p.hf_migrate_exit,
+        ]
+        .iter()
+        .filter(|p| p.autoload())
+        .filter_map(|p| libbpf_rs::Program::id_from_fd(p.as_fd()).ok())
+        .collect();
+        libbpf_rs::query::ProgInfoIter::default()
+            .filter(|i| ids.contains(&i.id))
+            .map(|i| {
+                (
+                    i.name.to_string_lossy().into_owned(),
+                    i.run_cnt,
+                    i.run_time_ns,
+                )
+            })
+            .collect()
+    }
+
+    /// Reads every map. Entries deleted concurrently are skipped.
+    pub fn read(&self) -> Result<ProbeReading, ProbeError> {
+        let counts_map = &self.skel.maps.counts;
+        let mut out = ProbeReading::default();
+        for key in counts_map.keys() {
+            let Some(vals) = counts_map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| libbpf_err("map lookup", e))?
+            else {
+                continue;
+            };
+            out.counts.insert(decode_key(&key)?, decode_counts(&vals)?);
+        }
+        let zero = 0u32.to_ne_bytes();
+        if let Some(vals) = self
+            .skel
+            .maps
+            .latency
+            .lookup_percpu(&zero, MapFlags::ANY)
+            .map_err(|e| libbpf_err("map lookup", e))?
+        {
+            out.latency_ns_log2 = decode_latency(&vals)?;
+        }
+        Ok(out)
+    }
+
+    /// Deletes the entries of memcgs for which `keep` is false (cgroups that
+    /// are gone: their ids are never reused while the entry would matter,
+    /// but the map is bounded). Returns how many entries were deleted.
+    pub fn prune(&self, reading: &ProbeReading, keep: impl Fn(u64) -> bool) -> usize {
+        let mut n = 0;
+        for k in reading.counts.keys().filter(|k| !keep(k.memcg_id)) {
+            if self.skel.maps.counts.delete(&encode_key(k)).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Reads `CONFIG_NODES_SHIFT` from a kernel config file (`/boot/config-*`),
+/// when one is at hand.
+pub fn nodes_shift_from_config(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("CONFIG_NODES_SHIFT="))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_bytes(memcg: u64, src: u32, dst: u32) -> Vec<u8> {
+        let mut v = memcg.to_ne_bytes().to_vec();
+        v.extend_from_slice(&src.to_ne_bytes());
+        v.extend_from_slice(&dst.to_ne_bytes());
+        v
+    }
+
+    fn counts_bytes(f: [u64; 7]) -> Vec<u8> {
+        f.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn layouts_match_the_shared_header() {
+        assert_eq!(size_of::<types::hf_key>(), 16);
+        assert_eq!(size_of::<types::hf_counts>(), 7 * 8);
+        assert_eq!(size_of::<types::hf_hist>(), LATENCY_BUCKETS * 8);
+    }
+
+    #[test]
+    fn key_decodes_and_round_trips() {
+        let k = decode_key(&key_bytes(4242, 1, 0)).unwrap();
+        assert_eq!(
+            k,
+            HintKey {
+                memcg_id: 4242,
+                src_nid: 1,
+                dst_nid: Some(0)
+            }
+        );
+        assert_eq!(encode_key(&k), key_bytes(4242, 1, 0));
+        let none = decode_key(&key_bytes(7, 0, u32::MAX)).unwrap();
+        assert_eq!(none.dst_nid, None);
+        assert_eq!(encode_key(&none), key_bytes(7, 0, u32::MAX));
+    }
+
+    #[test]
+    fn counts_are_summed_over_cpus_field_by_field() {
+        let cpu0 = counts_bytes([10, 4, 1, 2, 1, 513, 1]);
+        let cpu1 = counts_bytes([5, 5, 0, 5, 0, 5, 0]);
+        let c = decode_counts(&[cpu0, cpu1]).unwrap();
+        assert_eq!(
+            c,
+            HintCounts {
+                hint_faults: 15,
+                candidates: 9,
+                prepare_failed: 1,
+                migrated: 7,
+                migrate_failed: 1,
+                migrated_pages: 518,
+                migrate_failed_pages: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn short_or_long_records_are_errors() {
+        assert!(matches!(
+            decode_key(&[0u8; 12]),
+            Err(ProbeError::Record {
+                len: 12,
+                want: 16,
+                ..
+            })
+        ));
+        let e = decode_counts(&[vec![0u8; 57]]).unwrap_err();
+        assert!(e.to_string().contains("57 bytes, expected 56"), "{e}");
+    }
+
+    #[test]
+    fn latency_histogram_sums() {
+        let mut a = vec![0u8; LATENCY_BUCKETS * 8];
+        a[8 * 12..8 * 13].copy_from_slice(&3u64.to_ne_bytes());
+        let mut b = vec![0u8; LATENCY_BUCKETS * 8];
+        b[8 * 12..8 * 13].copy_from_slice(&2u64.to_ne_bytes());
+        b[8 * 31..].copy_from_slice(&1u64.to_ne_bytes());
+        let h = decode_latency(&[a, b]).unwrap();
+        assert_eq!(h[12], 5);
+        assert_eq!(h[31], 1);
+        assert_eq!(h.iter().sum::<u64>(), 6);
+    }
+
+    #[test]
+    fn deltas_and_memcg_totals() {
+        let mut r = ProbeReading::default();
+        let k = |m, s, d| HintKey {
+            memcg_id: m,
+            src_nid: s,
+            dst_nid: d,
+        };
+        let c = |h, p| HintCounts {
+            hint_faults: h,
+            migrated_pages: p,
+            ..Default::default()
+        };
+        r.counts.insert(k(5, 0, None), c(10, 0));
+        r.counts.insert(k(6, 1, Some(0)), c(3, 2));
+        r.counts.insert(k(6, 1, None), c(4, 0));
+        r.counts.insert(k(7, 1, None), c(100, 0));
+        assert_eq!(r.memcg_total(6), c(7, 2));
+        assert_eq!(r.memcg_total(99), HintCounts::default());
+        assert_eq!(c(7, 2).since(&c(3, 5)), c(4, 0));
+    }
+
+    #[test]
+    fn nodes_shift_parsed_from_kernel_config() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("config");
+        std::fs::write(&p, "CONFIG_NUMA=y\nCONFIG_NODES_SHIFT=10\n").unwrap();
+        assert_eq!(nodes_shift_from_config(&p), Some(10));
+        assert_eq!(nodes_shift_from_config(&d.path().join("none")), None);
+    }
+}

@@ -1,0 +1,108 @@
+//! The eBPF NUMA hint-fault probe in the emulated CXL host (QEMU TCG,
+//! Debian's 6.12 kernel with BTF), driven through the `hint-probe` binary.
+//!
+//! Two containers run `tierload hotset` with their memory on the CPU-less
+//! node 1 (cpuset.mems = 1 while they allocate, then widened to 0-1, which
+//! migrates nothing) under NUMA balancing mode 2, so the kernel takes hint
+//! faults on their hot pages and promotes them. The probe's per-memcg counts
+//! must match each memcg's own `memory.stat` deltas over the same window.
+//!
+//! Needs the release binaries `tierload` and `hint-probe` (`cargo xtask
+//! test` builds them) and the testbed; without them the test fails and says so.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Two containers with different hot sets (24 and 6 MiB, so their fault
+/// counts differ several-fold and a swapped attribution cannot pass): each
+/// one's probe hint faults within 10% of its memcg `numa_hint_faults` delta,
+/// and promoted pages within 10% of `pgpromote_success`.
+#[test]
+fn probe_counts_match_memcg_counters_per_container() {
+    let bins = testbed::guest_binaries(&["tierload", "hint-probe"]).unwrap_or_else(|e| {
+        panic!("{e:#}\nbuild them with `cargo build --release -p tierload -p hotness` (or run `cargo xtask test`)")
+    });
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/lib.sh");
+    let cfg = testbed::VmConfig {
+        binaries: bins,
+        files: vec![(lib, "/tests/lib.sh".into())],
+        timeout: Duration::from_secs(240),
+        ..Default::default()
+    };
+    let script = r#"
+set -e
+. /tests/lib.sh
+grep -qw cpuset $CG/cgroup.subtree_control || echo +cpuset > $CG/cgroup.subtree_control
+mkcg t/a; mkcg t/b
+echo +cpuset > $CG/t/cgroup.subtree_control
+echo 0 > /proc/sys/kernel/numa_balancing
+echo 1 > $CG/t/a/cpuset.mems; echo 1 > $CG/t/b/cpuset.mems
+PA=$(start_in t/a tierload --size-mib 48 --report-s 0 hotset --hot-mib 24)
+PB=$(start_in t/b tierload --size-mib 48 --report-s 0 hotset --hot-mib 6)
+wait_usage t/a 48 60; wait_usage t/b 48 60
+echo 0-1 > $CG/t/a/cpuset.mems; echo 0-1 > $CG/t/b/cpuset.mems
+emit_node t/a; emit_node t/b
+hint-probe --cgroup $CG/t/a --cgroup $CG/t/b --seconds 20 --bpf-stats \
+    --after-load 'echo 2 > /proc/sys/kernel/numa_balancing' | sed 's/^/PROBE /'
+emit_node t/a; emit_node t/b
+kill $PA $PB
+"#;
+    let out = testbed::run(&cfg, script).unwrap_or_else(|e| {
+        panic!("emulated CXL host failed: {e:#}\n(run `cargo xtask setup` if QEMU or the kernel is missing)")
+    });
+    let o = &out.output;
+    assert_eq!(out.exit_code, 0, "guest script failed:\n{o}");
+    let lines: Vec<Value> = o
+        .lines()
+        .filter_map(|l| l.strip_prefix("PROBE "))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 3, "two cgroups and the program stats:\n{o}");
+    let u =
+        |v: &Value, a: &str, b: &str| v[a][b].as_u64().unwrap_or_else(|| panic!("{a}.{b} in {v}"));
+    let mut faults = Vec::new();
+    for l in &lines[..2] {
+        let probe = u(l, "probe", "hint_faults");
+        let stat = u(l, "memory_stat", "numa_hint_faults");
+        assert!(
+            stat >= 50,
+            "too few hint faults to compare ({stat}): {l}\n{o}"
+        );
+        let tol = stat / 10;
+        assert!(
+            probe.abs_diff(stat) <= tol,
+            "hint faults: probe {probe} vs memory.stat {stat} (> 10%): {l}\n{o}"
+        );
+        let promoted = u(l, "probe", "migrated_pages");
+        let pgpromote = u(l, "memory_stat", "pgpromote_success");
+        assert!(
+            promoted.abs_diff(pgpromote) <= pgpromote / 10 + 1,
+            "promotions: probe {promoted} pages vs pgpromote_success {pgpromote}: {l}"
+        );
+        // Faults come from the lower tier (mode 2 scans only lower-tier pages).
+        assert!(
+            l["probe"]["hint_faults_by_nodes"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .all(|k| k.starts_with("1->")),
+            "{l}"
+        );
+        faults.push(stat);
+    }
+    assert!(
+        faults[0] > faults[1],
+        "a's 24 MiB hot set should fault more than b's 6 MiB: {faults:?}\n{o}"
+    );
+    let progs = lines[2]["programs"].as_array().unwrap();
+    let check = progs
+        .iter()
+        .find(|p| p["program"] == "hf_check")
+        .unwrap_or_else(|| panic!("no hf_check stats: {}", lines[2]));
+    let runs = check["runs"].as_u64().unwrap();
+    assert!(runs >= faults.iter().sum::<u64>(), "{}", lines[2]);
+    let ns = check["run_time_ns"].as_u64().unwrap() as f64 / runs.max(1) as f64;
+    eprintln!("hint-probe overhead: {ns:.0} ns per hint fault (hf_check, {runs} runs, TCG)");
+}
