@@ -305,6 +305,22 @@ pub struct HotnessConfig {
     /// Pages whose node is queried (move_pages status) per cycle to split
     /// regions over nodes; spread over all regions.
     pub node_samples: usize,
+    /// Where per-container NUMA hint faults come from: `auto` (the eBPF
+    /// probe when the kernel allows it, else memory.stat), `ebpf` (the probe
+    /// or refuse to start), `memory_stat`.
+    pub hint_faults: HintFaultSource,
+    /// `CONFIG_NODES_SHIFT` of the running kernel, for the probe (the node id
+    /// is the top bits of a folio's flags; not in BTF). Debian: 10.
+    pub nodes_shift: u32,
+}
+
+/// `[hotness] hint_faults`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintFaultSource {
+    Auto,
+    Ebpf,
+    MemoryStat,
 }
 
 impl Default for HotnessConfig {
@@ -321,6 +337,8 @@ impl Default for HotnessConfig {
             hot_min_accesses: hotness::heat::DEFAULT_HOT_MIN_NR_ACCESSES,
             max_processes: 64,
             node_samples: 16384,
+            hint_faults: HintFaultSource::Auto,
+            nodes_shift: hotness::probe::DEFAULT_NODES_SHIFT,
         }
     }
 }
@@ -527,6 +545,15 @@ impl Config {
                 format!(
                     "{:?} must be shorter than daemon.interval ({:?}): each cycle reads one aggregation",
                     h.aggr_interval, d.interval
+                ),
+            ));
+        }
+        if !(1..=16).contains(&h.nodes_shift) {
+            return Err(bad(
+                "hotness.nodes_shift",
+                format!(
+                    "{} must be CONFIG_NODES_SHIFT of the running kernel, 1..=16 (Debian: 10; see /boot/config-$(uname -r))",
+                    h.nodes_shift
                 ),
             ));
         }
@@ -796,6 +823,8 @@ mod tests {
                 "hotness.hot_min_accesses",
             ),
             ("[hotness]\nmax_processes = 0\n", "hotness.max_processes"),
+            ("[hotness]\nnodes_shift = 0\n", "hotness.nodes_shift"),
+            ("[hotness]\nhint_faults = \"kprobe\"\n", "hint_faults"),
             (
                 "[limits]\nthrash_window = \"10ms\"\n",
                 "limits.thrash_window",

@@ -4,7 +4,7 @@
 //! Everything here is blocking file I/O on cgroupfs and sysfs; the async loop in
 //! [`crate::daemon`] runs each cycle on a blocking thread.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,10 +16,11 @@ use serde::Serialize;
 
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
 use crate::heatmon::{ContainerReading, HeatMonitor, Member};
+use crate::hintfaults::HintFaults;
 use crate::metrics::{
-    gauge_bytes, tier_label, ContainerErrorLabels, ContainerLabels, ContainerNodeLabels,
-    ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics, MoveFailureLabels,
-    MoveLabels, NodeLabels,
+    gauge_bytes, tier_label, ContainerErrorLabels, ContainerFaultLabels, ContainerLabels,
+    ContainerNodeLabels, ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics,
+    MoveFailureLabels, MoveLabels, NodeLabels, PromotionLabels,
 };
 use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::topology::Topology;
@@ -40,6 +41,8 @@ struct Managed {
     /// The container's cgroup and its descendants (their processes are the
     /// container's).
     members: Vec<String>,
+    /// cgroup ids (inodes) of `members`, in the same order.
+    member_ids: Vec<u64>,
 }
 
 /// Kernel tiering counters of one memcg, for deltas (keyed by cgroup id).
@@ -73,6 +76,10 @@ pub struct Status {
     pub cycles: u64,
     /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
     pub hotness: String,
+    /// Where hint faults come from: "ebpf" or "memory_stat" (and why the
+    /// probe is off).
+    #[serde(default)]
+    pub hint_faults: String,
     pub mover: String,
     pub damon_targets: usize,
     pub kdamond_restarts: u64,
@@ -124,6 +131,12 @@ pub struct Controller {
     own_moved: HashMap<u64, Migrations>,
     /// tierd's own moves since start, per container, for /status.
     moved_total: HashMap<u64, BTreeMap<String, u64>>,
+    /// Per-container hint faults (eBPF probe or memory.stat).
+    faults: HintFaults,
+    /// memory.stat `numa_hint_faults` per container this cycle.
+    stat_hint_faults: HashMap<u64, u64>,
+    /// Every cgroup id seen by this cycle's discovery.
+    alive_ids: HashSet<u64>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -183,6 +196,8 @@ impl Controller {
         }
         metrics.tiered.set(i64::from(!observe_only));
         let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
+        let faults = HintFaults::start(&cfg.hotness, &cfg.daemon.sysfs_root, &cfg.source)?;
+        metrics.hint_fault_source(faults.source());
         let mut c = Controller {
             cfg,
             cg,
@@ -199,6 +214,9 @@ impl Controller {
             hot: Hotness::default(),
             own_moved: HashMap::new(),
             moved_total: HashMap::new(),
+            faults,
+            stat_hint_faults: HashMap::new(),
+            alive_ids: HashSet::new(),
         };
         c.setup_hotness();
         Ok(c)
@@ -306,7 +324,8 @@ impl Controller {
 
     /// Managed containers: cgroups matched by a policy whose ancestors are not
     /// themselves managed (a matched subtree is managed as one container).
-    fn discover(&self) -> Result<Vec<Managed>> {
+    fn discover(&mut self) -> Result<Vec<Managed>> {
+        self.alive_ids.clear();
         let mut all = self.cg.discover().with_context(|| {
             format!(
                 "cannot list cgroups under {}",
@@ -323,14 +342,17 @@ impl Controller {
             if c.path.is_empty() {
                 continue;
             }
+            self.alive_ids.insert(c.id);
             if let Some(&i) = ancestors(&c.path).iter().find_map(|a| managed_paths.get(a)) {
                 out[i].members.push(c.path);
+                out[i].member_ids.push(c.id);
                 continue;
             }
             if let Some(i) = self.cfg.match_policy(&c.path) {
                 managed_paths.insert(c.path.clone(), out.len());
                 out.push(Managed {
                     members: vec![c.path.clone()],
+                    member_ids: vec![c.id],
                     path: c.path,
                     id: c.id,
                     policy_index: i,
@@ -412,6 +434,7 @@ impl Controller {
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.own_moved
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
+        self.sample_hint_faults(&managed, elapsed_ms);
 
         let fast_capacity = self.topo.fast_capacity_bytes();
         let fast_free = self.topo.fast_free_bytes();
@@ -454,6 +477,7 @@ impl Controller {
                 return Migrations::default();
             }
         };
+        self.stat_hint_faults.insert(m.id, stat.numa_hint_faults());
         let now = MemcgCounters {
             demote_kswapd: stat.pgdemote_kswapd(),
             demote_direct: stat.pgdemote_direct(),
@@ -489,6 +513,67 @@ impl Controller {
             };
         }
         Migrations::default()
+    }
+
+    /// Reads this cycle's hint faults and kernel migrations per container
+    /// and exports them (counters by node and outcome; lower-tier fault rate).
+    fn sample_hint_faults(&mut self, managed: &[Managed], elapsed_ms: u64) {
+        let input: Vec<(u64, Vec<u64>, Option<u64>)> = managed
+            .iter()
+            .map(|m| {
+                (
+                    m.id,
+                    m.member_ids.clone(),
+                    self.stat_hint_faults.get(&m.id).copied(),
+                )
+            })
+            .collect();
+        self.stat_hint_faults.clear();
+        let deltas = self.faults.sample(&input, &self.alive_ids);
+        let lower = self.topo.lower_nodes();
+        for m in managed {
+            let Some(f) = deltas.get(&m.id) else { continue };
+            for (node, n) in &f.faults_by_node {
+                self.metrics
+                    .container_numa_hint_faults
+                    .get_or_create(&ContainerFaultLabels {
+                        container: m.path.clone(),
+                        node: node.map_or("all".into(), |n| n.to_string()),
+                    })
+                    .inc_by(*n);
+            }
+            for (outcome, map) in [
+                ("candidate", &f.candidates),
+                ("dropped", &f.dropped),
+                ("migrated", &f.migrated),
+                ("failed", &f.failed),
+            ] {
+                for (node, n) in map {
+                    self.metrics
+                        .container_numa_promotions
+                        .get_or_create(&PromotionLabels {
+                            container: m.path.clone(),
+                            node: *node,
+                            outcome,
+                        })
+                        .inc_by(*n);
+                }
+            }
+            if self.faults.source() == "ebpf" && elapsed_ms > 0 {
+                let on_lower: u64 = f
+                    .faults_by_node
+                    .iter()
+                    .filter(|(n, _)| n.is_some_and(|n| lower.contains(&n)))
+                    .map(|(_, c)| c)
+                    .sum();
+                self.metrics
+                    .container_lower_hint_faults_per_second
+                    .get_or_create(&ContainerLabels {
+                        container: m.path.clone(),
+                    })
+                    .set(on_lower as f64 * 1000.0 / elapsed_ms as f64);
+            }
+        }
     }
 
     fn count_error(&self, container: &str, what: &str, e: &cgroupctl::Error) {
@@ -892,6 +977,10 @@ impl Controller {
                 (Some(_), _) => "damon".into(),
                 (None, Some(why)) => format!("usage ({why})"),
                 (None, None) => "usage".into(),
+            },
+            hint_faults: match &self.faults.off_reason {
+                Some(why) if self.faults.source() != "ebpf" => format!("memory_stat ({why})"),
+                _ => self.faults.source().into(),
             },
             mover: self.cfg.daemon.mover.as_str().into(),
             damon_targets: self.hot.monitor.as_ref().map_or(0, |m| m.targets()),

@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod heatmon;
+pub mod hintfaults;
 pub mod metrics;
 pub mod mover;
 pub mod regulate;

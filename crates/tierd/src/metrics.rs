@@ -77,6 +77,24 @@ pub struct IdleLabels {
     pub idle: &'static str,
 }
 
+/// Hint faults by the node the faulting page was on (`all` when the source
+/// is memory.stat, which has no node).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerFaultLabels {
+    pub container: String,
+    pub node: String,
+}
+
+/// Kernel (NUMA-balancing) migrations of a container's pages to `node`, by
+/// outcome: candidate (the kernel chose a node), dropped (isolation or
+/// target checks failed), migrated, failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PromotionLabels {
+    pub container: String,
+    pub node: u32,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabels {
     pub source: &'static str,
@@ -155,6 +173,10 @@ pub struct Metrics {
     pub damon_targets: Gauge,
     pub kdamond_restarts: Counter,
     hotness: Family<SourceLabels, Gauge>,
+    hint_fault_source: Family<SourceLabels, Gauge>,
+    pub container_numa_hint_faults: Family<ContainerFaultLabels, Counter>,
+    pub container_numa_promotions: Family<PromotionLabels, Counter>,
+    pub container_lower_hint_faults_per_second: Family<ContainerLabels, GaugeF>,
     pub node_capacity_bytes: Family<NodeLabels, Gauge>,
     pub node_free_bytes: Family<NodeLabels, Gauge>,
     pub fast_pool_bytes: Gauge,
@@ -204,6 +226,10 @@ impl Metrics {
             damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
             kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),
             hotness: reg!("tierd_hotness_source", "1 for the active demand source: damon, or usage (DAMON unavailable or off)", Family::default()),
+            hint_fault_source: reg!("tierd_hint_fault_source", "1 for the active source of per-container hint faults: ebpf (the probe) or memory_stat", Family::default()),
+            container_numa_hint_faults: reg!("tierd_container_numa_hint_faults", "NUMA hint faults on the container's pages, by the node the page was on (all: memory.stat, no node)", Family::default()),
+            container_numa_promotions: reg!("tierd_container_numa_promotions", "Kernel NUMA-balancing migrations of the container's pages to a node, by outcome (candidate, dropped, migrated, failed); eBPF probe only", Family::default()),
+            container_lower_hint_faults_per_second: reg!("tierd_container_lower_tier_hint_faults_per_second", "Hint faults per second on the container's lower-tier pages (eBPF probe): the kernel's view of its lower-tier heat", Family::default()),
             node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
             node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
             fast_pool_bytes: reg!("tierd_fast_pool_bytes", "Fast-tier bytes shared among managed containers this cycle", Gauge::default()),
@@ -243,6 +269,15 @@ impl Metrics {
         self.container_damon_regions.clear();
         self.container_damping_level.clear();
         self.container_pingpong_bytes_per_second.clear();
+        self.container_lower_hint_faults_per_second.clear();
+    }
+
+    /// Marks the active hint-fault source (`ebpf` or `memory_stat`).
+    pub fn hint_fault_source(&self, source: &'static str) {
+        self.hint_fault_source.clear();
+        self.hint_fault_source
+            .get_or_create(&SourceLabels { source })
+            .set(1);
     }
 
     /// Marks the active demand source.

@@ -185,6 +185,7 @@ tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
 phase TIERD
+tierctl metrics | grep -E '^tierd_(hint_fault_source|container_numa_hint_faults_total|container_numa_promotions_total)' | sed 's/^/METRIC /'
 kill -TERM $TIERD
 wait $TIERD
 "#,
@@ -257,6 +258,35 @@ wait $TIERD
         g.output
     );
     eprintln!("steady container DRAM loss: kernel-only {k} MiB, tierd {t} MiB");
+    // The eBPF probe is the hint-fault source in this kernel, and the hog's
+    // faults on node 1 and its promotions to node 0 are attributed to it.
+    let metric = |prefix: &str| -> f64 {
+        g.output
+            .lines()
+            .filter_map(|l| l.strip_prefix("METRIC "))
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        metric("tierd_hint_fault_source{source=\"ebpf\"}"),
+        1.0,
+        "{}",
+        g.output
+    );
+    assert!(
+        metric(
+            "tierd_container_numa_hint_faults_total{container=\"tenants.slice/hog\",node=\"1\"}"
+        ) > 0.0,
+        "no hint faults attributed to the hog:\n{}",
+        g.output
+    );
+    assert!(
+        metric("tierd_container_numa_promotions_total{container=\"tenants.slice/hog\",node=\"0\",outcome=\"migrated\"}")
+            > 0.0,
+        "no promotions attributed to the hog:\n{}",
+        g.output
+    );
 }
 
 #[test]

@@ -1,0 +1,162 @@
+//! Per-container NUMA hint faults and kernel promotions, from the eBPF probe
+//! (`hotness::probe`) when it loads, else from the memcg counters of
+//! `memory.stat` (`numa_hint_faults`, `pgpromote_success`).
+//!
+//! The probe adds what the memcg counters lack: the node a fault came from,
+//! promotion candidates that were dropped or failed to migrate, and hint
+//! faults on lower-tier pages as a second hotness signal in
+//! `promotion = "kernel"` mode (the kernel's own view of which lower-tier
+//! pages are being touched). Which source is active is exported as
+//! `tierd_hint_fault_source{source}`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use anyhow::{bail, Result};
+use hotness::probe::{HintCounts, HintFaultProbe, ProbeOptions, ProbeReading};
+
+use crate::config::{HintFaultSource, HotnessConfig};
+
+/// One container's hint-fault activity over the last cycle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerFaults {
+    /// Hint faults by the node the faulting page was on; `None` = node
+    /// unknown (memory.stat source).
+    pub faults_by_node: BTreeMap<Option<u32>, u64>,
+    /// Probe only, by destination node: promotion candidates, candidates
+    /// dropped before migration, migrations that succeeded / failed (calls).
+    pub candidates: BTreeMap<u32, u64>,
+    pub dropped: BTreeMap<u32, u64>,
+    pub migrated: BTreeMap<u32, u64>,
+    pub failed: BTreeMap<u32, u64>,
+}
+
+/// The active source and its previous reading.
+pub struct HintFaults {
+    probe: Option<HintFaultProbe>,
+    prev: ProbeReading,
+    /// memory.stat `numa_hint_faults` per container id (fallback source).
+    prev_stat: HashMap<u64, u64>,
+    /// Why the probe is not running, when it is not.
+    pub off_reason: Option<String>,
+}
+
+impl HintFaults {
+    /// Starts the configured source. `auto` tries the probe and falls back to
+    /// memory.stat with one warning saying why; `ebpf` makes a probe failure
+    /// an error (naming the key); `memory_stat` never loads the probe.
+    ///
+    /// The kernel BTF is read from `<sysfs_root>/kernel/btf/vmlinux`, so a
+    /// fixture tree without one runs on memory.stat.
+    pub fn start(
+        cfg: &HotnessConfig,
+        sysfs_root: &std::path::Path,
+        source_path: &std::path::Path,
+    ) -> Result<HintFaults> {
+        let mut h = HintFaults {
+            probe: None,
+            prev: ProbeReading::default(),
+            prev_stat: HashMap::new(),
+            off_reason: None,
+        };
+        if cfg.hint_faults == HintFaultSource::MemoryStat {
+            h.off_reason = Some("hotness.hint_faults = \"memory_stat\"".into());
+            return Ok(h);
+        }
+        let opts = ProbeOptions {
+            nodes_shift: cfg.nodes_shift,
+            btf: sysfs_root.join("kernel/btf/vmlinux"),
+        };
+        match HintFaultProbe::load(&opts) {
+            Ok(p) => {
+                tracing::info!(attached = ?p.attached(), "eBPF hint-fault probe attached");
+                h.prev = p.read().unwrap_or_default();
+                h.probe = Some(p);
+            }
+            Err(e) if cfg.hint_faults == HintFaultSource::Ebpf => bail!(
+                "{e} (key hotness.hint_faults = \"ebpf\" in {}; set it to \"auto\" to fall back to memory.stat counters)",
+                source_path.display()
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "eBPF hint-fault probe unavailable; per-container hint faults come from memory.stat (no per-node or failed-promotion detail)");
+                h.off_reason = Some(e.to_string());
+            }
+        }
+        Ok(h)
+    }
+
+    /// `"ebpf"` or `"memory_stat"`.
+    pub fn source(&self) -> &'static str {
+        if self.probe.is_some() {
+            "ebpf"
+        } else {
+            "memory_stat"
+        }
+    }
+
+    /// One cycle. `containers`: (container id, the memcg ids of its cgroup
+    /// and descendants, memory.stat `numa_hint_faults` of the container, which
+    /// is hierarchical). `alive`: every cgroup id that exists now (the probe's
+    /// entries of others are deleted). Returns the deltas since the previous
+    /// cycle per container id; a container seen for the first time reports
+    /// nothing (no baseline).
+    pub fn sample(
+        &mut self,
+        containers: &[(u64, Vec<u64>, Option<u64>)],
+        alive: &HashSet<u64>,
+    ) -> HashMap<u64, ContainerFaults> {
+        let mut out = HashMap::new();
+        let Some(probe) = &self.probe else {
+            let mut next = HashMap::new();
+            for (id, _, stat) in containers {
+                let Some(now) = *stat else { continue };
+                if let Some(prev) = self.prev_stat.get(id) {
+                    let mut f = ContainerFaults::default();
+                    f.faults_by_node.insert(None, now.saturating_sub(*prev));
+                    out.insert(*id, f);
+                }
+                next.insert(*id, now);
+            }
+            self.prev_stat = next;
+            return out;
+        };
+        let now = match probe.read() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the hint-fault probe's maps failed this cycle");
+                return out;
+            }
+        };
+        let owner: HashMap<u64, u64> = containers
+            .iter()
+            .flat_map(|(c, members, _)| members.iter().map(move |m| (*m, *c)))
+            .collect();
+        for (id, ..) in containers {
+            out.insert(*id, ContainerFaults::default());
+        }
+        for (k, c) in &now.counts {
+            let Some(container) = owner.get(&k.memcg_id) else {
+                continue;
+            };
+            let d: HintCounts = c.since(&self.prev.counts.get(k).copied().unwrap_or_default());
+            let f = out.entry(*container).or_default();
+            *f.faults_by_node.entry(Some(k.src_nid)).or_default() += d.hint_faults;
+            if let Some(dst) = k.dst_nid {
+                *f.candidates.entry(dst).or_default() += d.candidates;
+                *f.dropped.entry(dst).or_default() += d.prepare_failed;
+                *f.migrated.entry(dst).or_default() += d.migrated;
+                *f.failed.entry(dst).or_default() += d.migrate_failed;
+            }
+        }
+        let keep = |id: u64| id == 0 || alive.contains(&id);
+        let pruned = probe.prune(&now, keep);
+        if pruned > 0 {
+            tracing::debug!(
+                entries = pruned,
+                "pruned hint-fault entries of removed cgroups"
+            );
+        }
+        self.prev = now;
+        self.prev.counts.retain(|k, _| keep(k.memcg_id));
+        out
+    }
+}
