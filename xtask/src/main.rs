@@ -18,7 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install QEMU 10, busybox-static and cpio (apt) and download the 6.12 kernel.
+    /// Install QEMU 10, busybox-static, cpio, numactl and the eBPF build tools (apt)
+    /// and download the 6.12 kernel.
     Setup,
     /// Boot the emulated CXL host with the release binaries and run a shell command.
     Vm {

@@ -140,7 +140,9 @@ fn find_module(dir: &Path, want: &str) -> Result<Option<PathBuf>> {
 /// of the first stanza of `/etc/apt/sources.list.d/debian.sources` — or the
 /// first `deb` line of `/etc/apt/sources.list` — with another suite; no mirror
 /// is hard-coded), `apt-get update`, `apt-get install -t <codename>-backports
-/// qemu-system-x86 busybox-static cpio xz-utils numactl`. The kernel: the package that
+/// qemu-system-x86 busybox-static cpio xz-utils numactl`, and
+/// what the eBPF probe's build needs (`clang make gcc pkg-config libelf-dev
+/// zlib1g-dev`). The kernel: the package that
 /// [`KERNEL_META_PACKAGE`] depends on is fetched with `apt-get download` and
 /// unpacked with `dpkg-deb -x` into `<cache>/kernel/<release>`, never installed.
 ///
@@ -170,6 +172,27 @@ pub fn setup() -> Result<Assets> {
     // numactl: `migratepages`, the baseline of the move_pages throughput test.
     if which("migratepages").is_none() {
         missing.push("numactl");
+    }
+    // The eBPF probe's build (crates/hotness/build.rs): clang for the BPF
+    // object; libbpf-sys compiles its vendored libbpf with make and a C
+    // compiler and links libelf and zlib dynamically (found by pkg-config).
+    for (bin, pkg) in [
+        ("clang", "clang"),
+        ("make", "make"),
+        ("cc", "gcc"),
+        ("pkg-config", "pkg-config"),
+    ] {
+        if which(bin).is_none() {
+            missing.push(pkg);
+        }
+    }
+    for (header, pkg) in [
+        ("/usr/include/libelf.h", "libelf-dev"),
+        ("/usr/include/zlib.h", "zlib1g-dev"),
+    ] {
+        if !Path::new(header).is_file() {
+            missing.push(pkg);
+        }
     }
     if !missing.is_empty() {
         require_root(&missing.join(" "))?;
