@@ -50,6 +50,10 @@ enum Cmd {
         /// Override each scenario's duration per mode, seconds.
         #[arg(long)]
         duration_s: Option<u64>,
+        /// tierscen modes, comma-separated (kernel, tierd, tierd-pages,
+        /// tierd-damos); default: kernel,tierd.
+        #[arg(long)]
+        modes: Option<String>,
     },
 }
 
@@ -147,7 +151,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             vm,
             scenarios,
             duration_s,
-        } => demo(vm, scenarios, duration_s),
+            modes,
+        } => demo(vm, scenarios, duration_s, modes),
         Cmd::Test => {
             setup()?;
             cargo(&["fmt", "--all", "--check"])?;
@@ -168,7 +173,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Runs `tierscen` on each scenario in one boot; tierd's /metrics is printed
 /// at the end of the last one.
-fn demo(vm: VmArgs, mut scenarios: Vec<PathBuf>, duration_s: Option<u64>) -> Result<ExitCode> {
+fn demo(
+    vm: VmArgs,
+    mut scenarios: Vec<PathBuf>,
+    duration_s: Option<u64>,
+    modes: Option<String>,
+) -> Result<ExitCode> {
+    let n_modes = modes.as_deref().map_or(2, |m| m.split(',').count()) as u64;
     setup()?;
     build_release()?;
     if scenarios.is_empty() {
@@ -197,12 +208,15 @@ fn demo(vm: VmArgs, mut scenarios: Vec<PathBuf>, duration_s: Option<u64>) -> Res
                     .map(|d| d as u64)
             })
             .unwrap_or(120);
-        total_s += 2 * (d + 60);
+        total_s += n_modes * (d + 60);
         let guest = format!("/scenarios/{}", sc.file_name().unwrap().to_string_lossy());
         cfg.files.push((sc.clone(), guest.clone()));
         let mut cmd = format!("tierscen {guest}");
         if let Some(d) = duration_s {
             cmd += &format!(" --duration-s {d}");
+        }
+        if let Some(m) = &modes {
+            cmd += &format!(" --modes {m}");
         }
         if i + 1 == scenarios.len() {
             cmd += " --metrics";

@@ -53,12 +53,53 @@ struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 enum Mode {
     /// Kernel tiering only (TPP: NUMA balancing mode 2 + reclaim demotion).
     Kernel,
-    /// tierd managing the containers (kernel promotion stays on).
+    /// tierd managing the containers with the scenario's config as written.
     Tierd,
+    /// The scenario's config with `promotion = "tierd"`, `mover = "move_pages"`
+    /// (regulated promotion by move_pages(2); kernel promotion off).
+    TierdPages,
+    /// The scenario's config with `promotion = "tierd"`, `mover = "damos"`
+    /// (DAMOS migrate_hot / migrate_cold with per-container quotas).
+    TierdDamos,
+}
+
+impl Mode {
+    fn is_tierd(self) -> bool {
+        self != Mode::Kernel
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Kernel => "kernel",
+            Mode::Tierd => "tierd",
+            Mode::TierdPages => "tierd-pages",
+            Mode::TierdDamos => "tierd-damos",
+        }
+    }
+
+    /// The tierd config for this mode: the scenario's, with the promotion
+    /// mode and mover forced for the tierd-* modes.
+    fn tierd_config(self, text: &str) -> Result<String> {
+        let mover = match self {
+            Mode::Kernel | Mode::Tierd => return Ok(text.to_owned()),
+            Mode::TierdPages => "move_pages",
+            Mode::TierdDamos => "damos",
+        };
+        let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
+        let d = v
+            .entry("daemon")
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        let d = d
+            .as_table_mut()
+            .context("tierd_config: [daemon] is not a table")?;
+        d.insert("promotion".into(), "tierd".into());
+        d.insert("mover".into(), mover.into());
+        Ok(toml::to_string(&v)?)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,7 +335,63 @@ fn mib(b: u64) -> f64 {
 struct ModeResult {
     mode: Mode,
     samples: Vec<Sample>,
+    host: Vec<HostSample>,
     converged_s: Option<f64>,
+}
+
+/// Host-wide state at one sample: fast-tier use and the kernel's migration
+/// counters (/proc/vmstat, pages; cumulative). `pgmigrate_success` counts every
+/// migration — NUMA-balancing promotion, reclaim demotion, move_pages(2),
+/// DAMOS — so its rate is comparable across modes and movers.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+struct HostSample {
+    t_s: f64,
+    fast_total_bytes: u64,
+    fast_used_bytes: u64,
+    pgmigrate_success: u64,
+    pgpromote_success: u64,
+    pgdemote: u64,
+}
+
+fn host_sample(t_s: f64, fast: &[u32]) -> HostSample {
+    let mut h = HostSample {
+        t_s,
+        ..Default::default()
+    };
+    for n in fast {
+        let p = format!("/sys/devices/system/node/node{n}/meminfo");
+        let text = fs::read_to_string(&p).unwrap_or_default();
+        let kb = |key: &str| -> u64 {
+            text.lines()
+                .find(|l| l.split_whitespace().nth(2) == Some(key))
+                .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        let (total, free) = (kb("MemTotal:"), kb("MemFree:"));
+        h.fast_total_bytes += total;
+        h.fast_used_bytes += total.saturating_sub(free);
+    }
+    let vm = fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    for l in vm.lines() {
+        let mut it = l.split_whitespace();
+        let (Some(k), Some(v)) = (it.next(), it.next().and_then(|v| v.parse::<u64>().ok())) else {
+            continue;
+        };
+        match k {
+            "pgmigrate_success" => h.pgmigrate_success = v,
+            "pgpromote_success" => h.pgpromote_success = v,
+            k if k.starts_with("pgdemote_") => h.pgdemote += v,
+            _ => {}
+        }
+    }
+    h
+}
+
+/// Pages migrated per second between two host samples.
+fn migrate_rate(a: &HostSample, b: &HostSample) -> f64 {
+    let dt = (b.t_s - a.t_s).max(1e-3);
+    b.pgmigrate_success.saturating_sub(a.pgmigrate_success) as f64 / dt
 }
 
 fn run_mode(
@@ -314,10 +411,11 @@ fn run_mode(
             fs::write(DEMOTION_ENABLED, "1").context(DEMOTION_ENABLED)?;
             fs::write(NUMA_BALANCING, "2").context(NUMA_BALANCING)?;
         }
-        Mode::Tierd => {
+        Mode::Tierd | Mode::TierdPages | Mode::TierdDamos => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
-            fs::write(&cfg_path, &sc.tierd_config)?;
-            let v: toml::Value = toml::from_str(&sc.tierd_config).context("tierd_config")?;
+            let cfg_text = mode.tierd_config(&sc.tierd_config)?;
+            fs::write(&cfg_path, &cfg_text)?;
+            let v: toml::Value = toml::from_str(&cfg_text).context("tierd_config")?;
             if let Some(a) = v
                 .get("daemon")
                 .and_then(|d| d.get("metrics_listen"))
@@ -379,10 +477,11 @@ fn run_mode(
     for c in &sc.containers {
         mkcgroup(&c.cgroup)?;
     }
-    println!("--- {} / {:?}: {} s ---", sc.name, mode, duration_s);
+    println!("--- {} / {}: {} s ---", sc.name, mode.label(), duration_s);
     let start = Instant::now();
     let mut running: Vec<Running> = Vec::new();
     let mut samples = Vec::new();
+    let mut host: Vec<HostSample> = vec![host_sample(0.0, &fast)];
     let mut next_sample = 0u64;
     let mut converged_s = None;
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
@@ -395,12 +494,19 @@ fn run_mode(
         }
         if t >= next_sample as f64 {
             next_sample += sc.sample_s;
-            let targets = if mode == Mode::Tierd {
+            let targets = if mode.is_tierd() {
                 tierd_targets(&addr)
             } else {
                 BTreeMap::new()
             };
-            let mut line = format!("t={t:>5.0}s");
+            let h = host_sample(t, &fast);
+            let prev = *host.last().unwrap();
+            let mut line = format!(
+                "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",
+                100.0 * h.fast_used_bytes as f64 / h.fast_total_bytes.max(1) as f64,
+                migrate_rate(&prev, &h)
+            );
+            host.push(h);
             let mut all_within = running.len() == sc.containers.len() && t >= last_start as f64;
             for r in &running {
                 let spec = &sc.containers[r.spec_index];
@@ -453,7 +559,7 @@ fn run_mode(
                 }
                 samples.push(s);
             }
-            if mode == Mode::Tierd && t >= last_start as f64 {
+            if mode.is_tierd() && t >= last_start as f64 {
                 // Converged = within ±5% from this sample on: reset on every miss.
                 match (all_within, converged_s) {
                     (true, None) => converged_s = Some(t - last_start as f64),
@@ -465,7 +571,7 @@ fn run_mode(
         }
         thread::sleep(Duration::from_millis(200));
     }
-    if mode == Mode::Tierd && cli.metrics {
+    if mode.is_tierd() && cli.metrics {
         println!("--- tierd /metrics at the end of {} ---", sc.name);
         print!(
             "{}",
@@ -494,6 +600,7 @@ fn run_mode(
     Ok(ModeResult {
         mode,
         samples,
+        host,
         converged_s,
     })
 }
@@ -520,7 +627,7 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                 if let Some(s) = best {
                     println!(
                         "{:<8} {:<10} {:>6.0} {:>8.1}% {:>10.0} {:>9} {:>8} {:>8}",
-                        format!("{:?}", r.mode).to_lowercase(),
+                        r.mode.label(),
                         c.name,
                         s.t_s,
                         100.0 * s.local_ratio,
@@ -546,18 +653,59 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
             match reached {
                 Some(s) => println!(
                     "{:<8} {}: hot set >= 95% on the fast tier {:.0} s after its start",
-                    format!("{:?}", r.mode).to_lowercase(),
+                    r.mode.label(),
                     c.name,
                     s.t_s - c.start_s as f64
                 ),
                 None => println!(
                     "{:<8} {}: hot set never reached 95% on the fast tier",
-                    format!("{:?}", r.mode).to_lowercase(),
+                    r.mode.label(),
                     c.name
                 ),
             }
         }
-        if r.mode == Mode::Tierd {
+        // Host-wide: DRAM use after the last container started, and
+        // migrations over the whole run and over its second half (settled).
+        let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0) as f64;
+        let after: Vec<&HostSample> = r
+            .host
+            .iter()
+            .filter(|h| h.t_s >= last_start + 1.0)
+            .collect();
+        if !after.is_empty() {
+            let used: f64 = after
+                .iter()
+                .map(|h| h.fast_used_bytes as f64 / h.fast_total_bytes.max(1) as f64)
+                .sum::<f64>()
+                / after.len() as f64;
+            let min_used = after
+                .iter()
+                .map(|h| h.fast_used_bytes as f64 / h.fast_total_bytes.max(1) as f64)
+                .fold(f64::INFINITY, f64::min);
+            println!(
+                "{:<8} DRAM used after the last start: mean {:.1}%, min {:.1}%",
+                r.mode.label(),
+                100.0 * used,
+                100.0 * min_used
+            );
+        }
+        if let (Some(first), Some(last)) = (r.host.first(), r.host.last()) {
+            let mid_t = (first.t_s + last.t_s) / 2.0;
+            let mid = r
+                .host
+                .iter()
+                .min_by(|a, b| (a.t_s - mid_t).abs().total_cmp(&(b.t_s - mid_t).abs()))
+                .unwrap();
+            println!(
+                "{:<8} pages migrated/s: {:.0} over the run, {:.0} over its second half (promoted {}, demoted {} pages in all)",
+                r.mode.label(),
+                migrate_rate(first, last),
+                migrate_rate(mid, last),
+                last.pgpromote_success.saturating_sub(first.pgpromote_success),
+                last.pgdemote.saturating_sub(first.pgdemote)
+            );
+        }
+        if r.mode.is_tierd() {
             match r.converged_s {
                 Some(t) => println!(
                     "tierd: all containers within ±5% of target {t:.0} s after the last start"
