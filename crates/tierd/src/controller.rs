@@ -716,7 +716,13 @@ impl Controller {
                         continue;
                     }
                     let mv = pm.demote(m.id, &r.procs, min_age, &fast, lower_dest, p.demote_bytes);
-                    done_down.insert(m.id, mv.bytes);
+                    // While cold-first demotion makes progress, the rest of
+                    // this cycle's demotion waits for it (next cycle) rather
+                    // than go to memory.reclaim, which picks by LRU and takes
+                    // hot pages too; once it finds nothing idle enough,
+                    // memory.reclaim takes the remainder.
+                    let progress = mv.bytes >= MIN_RECLAIM_BYTES;
+                    done_down.insert(m.id, if progress { p.demote_bytes } else { mv.bytes });
                     results.push((m.id, Direction::Demote, "move_pages", mv));
                 }
             }
@@ -747,7 +753,11 @@ impl Controller {
                 Ok(moved) => {
                     for ((c, dir), bytes) in moved {
                         if dir == Direction::Demote {
-                            done_down.insert(c, bytes);
+                            // As for move_pages: while DAMOS makes progress,
+                            // memory.reclaim does not take the rest.
+                            let asked = plan.get(c).map_or(0, |p| p.demote_bytes);
+                            let progress = bytes >= MIN_RECLAIM_BYTES;
+                            done_down.insert(c, if progress { asked.max(bytes) } else { bytes });
                         }
                         let mv = Moved {
                             bytes,

@@ -133,6 +133,11 @@ struct ContainerSpec {
     start_s: u64,
     /// Arguments to `tierload`.
     args: Vec<String>,
+    /// The container's `local_low` in the tierd config, MiB, when it has one:
+    /// the summary reports the MiB × s its fast-tier bytes spent below it
+    /// (in every mode, so the kernel-only baseline is measured the same way).
+    #[serde(default)]
+    local_low_mib: Option<u64>,
 }
 
 /// The last report line a workload printed (tierload's JSON), as far as we use it.
@@ -644,6 +649,26 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                     );
                 }
             }
+        }
+        for c in &sc.containers {
+            let Some(low) = c.local_low_mib else { continue };
+            // Trapezoid-free: each sample stands for the interval up to the next.
+            let pts: Vec<&Sample> = r.samples.iter().filter(|s| s.container == c.name).collect();
+            let mut below = 0.0;
+            let mut worst = 0.0f64;
+            for w in pts.windows(2) {
+                let gap = (low as f64 - mib(w[0].fast_bytes)).max(0.0);
+                below += gap * (w[1].t_s - w[0].t_s);
+                worst = worst.max(gap);
+            }
+            println!(
+                "{:<8} {}: {:.0} MiB x s below its local_low of {} MiB (worst {:.0} MiB below)",
+                r.mode.label(),
+                c.name,
+                below,
+                low,
+                worst
+            );
         }
         for c in &sc.containers {
             let reached = r
