@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fixtures;
 
 #[derive(Parser)]
@@ -39,6 +40,24 @@ enum Cmd {
     },
     /// Everything CI runs: setup, fmt, clippy, release build, all tests.
     Test,
+    /// The evaluation harness: every scenario under each mode in the
+    /// emulated host; tables, PNG plots and samples under target/tierd-bench.
+    Bench {
+        #[command(flatten)]
+        vm: VmArgs,
+        /// Scenario files (default: every file in benches/scenarios/).
+        #[arg(long = "scenario", value_name = "FILE")]
+        scenarios: Vec<PathBuf>,
+        /// Override each scenario's duration per mode, seconds.
+        #[arg(long)]
+        duration_s: Option<u64>,
+        /// tierscen modes, comma-separated.
+        #[arg(long, default_value = "kernel,tierd-pages,tierd-damos")]
+        modes: String,
+        /// Output directory (default: <target>/tierd-bench).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// The main job: tierd managing real containers in the emulated CXL host,
     /// each scenario under kernel tiering only and then under tierd, same boot.
     Demo {
@@ -153,6 +172,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             duration_s,
             modes,
         } => demo(vm, scenarios, duration_s, modes),
+        Cmd::Bench {
+            vm,
+            scenarios,
+            duration_s,
+            modes,
+            out,
+        } => bench_cmd(vm, scenarios, duration_s, modes, out),
         Cmd::Test => {
             setup()?;
             cargo(&["fmt", "--all", "--check"])?;
@@ -235,6 +261,88 @@ fn demo(
     );
     let out = run_streaming(&cfg, &script)?;
     Ok(ExitCode::from(out.clamp(0, 255) as u8))
+}
+
+/// Every `.toml` in benches/scenarios, sorted.
+fn default_scenarios() -> Result<Vec<PathBuf>> {
+    let dir = testbed::workspace_root().join("benches/scenarios");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            v.push(p);
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+fn bench_cmd(
+    vm: VmArgs,
+    files: Vec<PathBuf>,
+    duration_s: Option<u64>,
+    modes: String,
+    out: Option<PathBuf>,
+) -> Result<ExitCode> {
+    setup()?;
+    build_release()?;
+    let files = if files.is_empty() {
+        default_scenarios()?
+    } else {
+        files
+    };
+    let mut scenarios = Vec::new();
+    for f in &files {
+        scenarios.extend(bench::load(f)?);
+    }
+    let mut cfg = vm.config();
+    cfg.binaries = built_binaries();
+    cfg.files = guest_files();
+    cfg.echo_output = true;
+    let stage = testbed::target_dir().join("tierd-bench-scenarios");
+    std::fs::create_dir_all(&stage)?;
+    let n_modes = modes.split(',').count() as u64;
+    let mut total_s = 60;
+    let mut staged = Vec::new();
+    for sc in &scenarios {
+        let host = stage.join(format!("{}.toml", sc.name));
+        std::fs::write(&host, &sc.text)?;
+        let guest = format!("/scenarios/{}.toml", sc.name);
+        cfg.files.push((host, guest.clone()));
+        total_s += n_modes * (duration_s.unwrap_or(sc.duration_s) + 60);
+        staged.push((sc.clone(), guest));
+    }
+    cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
+    let script = bench::script(&staged, &modes, duration_s);
+    eprintln!(
+        "xtask: {} scenario(s) × {n_modes} mode(s) in the emulated CXL host, up to {} s",
+        scenarios.len(),
+        cfg.timeout.as_secs()
+    );
+    let res = testbed::run(&cfg, &script).context("emulated CXL host")?;
+    let out_dir = out.unwrap_or_else(|| bench::default_out(&testbed::target_dir()));
+    let modes_v: Vec<String> = modes.split(',').map(String::from).collect();
+    let series = bench::parse_output(&res.output);
+    let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+    let (_, problems) = bench::write_all(
+        &out_dir,
+        &scenarios,
+        &series,
+        &modes_v,
+        &format!("cargo {command}"),
+    )?;
+    std::fs::write(out_dir.join("guest-output.txt"), &res.output)?;
+    eprintln!("xtask: report in {}", out_dir.join("report.md").display());
+    let failed = bench::failures(&res.output);
+    if res.exit_code != 0 && failed.is_empty() {
+        bail!(
+            "the guest exited {} (see {}/guest-output.txt)",
+            res.exit_code,
+            out_dir.display()
+        );
+    }
+    bench::check(&problems, &failed)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a script in the guest; its output streams to stdout as it comes.

@@ -189,6 +189,11 @@ pub fn setup() -> Result<Assets> {
     for (header, pkg) in [
         ("/usr/include/libelf.h", "libelf-dev"),
         ("/usr/include/zlib.h", "zlib1g-dev"),
+        // The font of the evaluation plots (`cargo xtask bench`).
+        (
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "fonts-dejavu-core",
+        ),
     ] {
         if !Path::new(header).is_file() {
             missing.push(pkg);

@@ -50,6 +50,10 @@ struct Cli {
     /// Write every sample as a JSON line to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also print every sample to stdout as `SAMPLE <json>` (per container)
+    /// and `HOST <json>` (host-wide) lines, for `cargo xtask bench`.
+    #[arg(long)]
+    emit: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -149,6 +153,8 @@ struct WorkloadReport {
     hit_ratio: f64,
     #[serde(default)]
     accesses_per_s: f64,
+    #[serde(default)]
+    model_latency_ns: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,6 +170,9 @@ struct Sample {
     hot_residency: Option<f64>,
     hit_ratio: Option<f64>,
     accesses_per_s: Option<f64>,
+    /// tierload's modelled mean access latency (accesses × HMAT node
+    /// latency): a model, not a measurement.
+    model_latency_ns: Option<f64>,
 }
 
 struct Running {
@@ -348,21 +357,63 @@ struct ModeResult {
 /// counters (/proc/vmstat, pages; cumulative). `pgmigrate_success` counts every
 /// migration — NUMA-balancing promotion, reclaim demotion, move_pages(2),
 /// DAMOS — so its rate is comparable across modes and movers.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 struct HostSample {
+    scenario: String,
+    mode: String,
     t_s: f64,
     fast_total_bytes: u64,
     fast_used_bytes: u64,
     pgmigrate_success: u64,
     pgpromote_success: u64,
     pgdemote: u64,
+    /// tierd's CPU time (user + system) so far and its resident set; 0 in
+    /// kernel-only mode.
+    tierd_cpu_s: f64,
+    tierd_rss_bytes: u64,
 }
 
-fn host_sample(t_s: f64, fast: &[u32]) -> HostSample {
+/// CPU seconds (utime + stime) and VmRSS of a process, from /proc.
+fn proc_usage(pid: u32) -> (f64, u64) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces): state is 3rd.
+    let cpu = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            // utime, stime are fields 14 and 15 of stat: 11 and 12 after ')'.
+            (tick(11) + tick(12)) as f64 / clock_ticks()
+        })
+        .unwrap_or(0.0);
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024;
+    (cpu, rss)
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn host_sample(t_s: f64, fast: &[u32], tierd: Option<u32>) -> HostSample {
     let mut h = HostSample {
         t_s,
         ..Default::default()
     };
+    if let Some(pid) = tierd {
+        (h.tierd_cpu_s, h.tierd_rss_bytes) = proc_usage(pid);
+    }
     for n in fast {
         let p = format!("/sys/devices/system/node/node{n}/meminfo");
         let text = fs::read_to_string(&p).unwrap_or_default();
@@ -486,7 +537,13 @@ fn run_mode(
     let start = Instant::now();
     let mut running: Vec<Running> = Vec::new();
     let mut samples = Vec::new();
-    let mut host: Vec<HostSample> = vec![host_sample(0.0, &fast)];
+    let tierd_pid = tierd.as_ref().map(|c| c.id());
+    let tag = |mut h: HostSample| {
+        h.scenario = sc.name.clone();
+        h.mode = mode.label().into();
+        h
+    };
+    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
@@ -504,13 +561,16 @@ fn run_mode(
             } else {
                 BTreeMap::new()
             };
-            let h = host_sample(t, &fast);
-            let prev = *host.last().unwrap();
+            let h = tag(host_sample(t, &fast, tierd_pid));
+            let prev = host.last().unwrap().clone();
             let mut line = format!(
                 "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",
                 100.0 * h.fast_used_bytes as f64 / h.fast_total_bytes.max(1) as f64,
                 migrate_rate(&prev, &h)
             );
+            if cli.emit {
+                println!("HOST {}", serde_json::to_string(&h)?);
+            }
             host.push(h);
             let mut all_within = running.len() == sc.containers.len() && t >= last_start as f64;
             for r in &running {
@@ -534,6 +594,7 @@ fn run_mode(
                     hot_residency: rep.as_ref().map(|r| r.hot_residency),
                     hit_ratio: rep.as_ref().map(|r| r.hit_ratio),
                     accesses_per_s: rep.as_ref().map(|r| r.accesses_per_s),
+                    model_latency_ns: rep.as_ref().map(|r| r.model_latency_ns),
                 };
                 match target {
                     Some(tg) if tg > 0 => {
@@ -561,6 +622,9 @@ fn run_mode(
                 );
                 if let Some(f) = json.as_mut() {
                     writeln!(f, "{}", serde_json::to_string(&s)?)?;
+                }
+                if cli.emit {
+                    println!("SAMPLE {}", serde_json::to_string(&s)?);
                 }
                 samples.push(s);
             }
@@ -731,6 +795,16 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
             );
         }
         if r.mode.is_tierd() {
+            if let (Some(first), Some(last)) = (r.host.first(), r.host.last()) {
+                let dt = (last.t_s - first.t_s).max(1e-3);
+                let max_rss = r.host.iter().map(|h| h.tierd_rss_bytes).max().unwrap_or(0);
+                println!(
+                    "{:<8} tierd CPU {:.2}% of one core, max RSS {:.1} MiB",
+                    r.mode.label(),
+                    100.0 * (last.tierd_cpu_s - first.tierd_cpu_s) / dt,
+                    mib(max_rss)
+                );
+            }
             match r.converged_s {
                 Some(t) => println!(
                     "tierd: all containers within ±5% of target {t:.0} s after the last start"

@@ -1,0 +1,658 @@
+//! `cargo xtask bench`: the evaluation harness. Runs scenario files with
+//! `tierscen` in the emulated CXL host, every scenario under each mode
+//! (kernel tiering only, then tierd variants) in one boot, collects the
+//! time series the runner prints (`SAMPLE`/`HOST` JSON lines), and writes,
+//! per scenario, `samples.jsonl`, a Markdown table and PNG plots of fast-tier
+//! bytes and hot-set residency over time under `<out>/<scenario>/`, plus
+//! `<out>/report.md` with every table.
+//!
+//! Scenario files may carry a `[sweep]` table (`var`, `values`): the runner
+//! then makes one scenario per value, replacing `{var}` in the containers'
+//! arguments (the knee test sweeps the hot share of a footprint this way).
+//!
+//! Fails (non-zero exit) when the guest fails, a scenario fails, or a
+//! scenario/mode pair recorded no samples.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use plotters::prelude::*;
+use serde_json::Value;
+
+/// A scenario as the host needs it (the guest runs the file itself).
+#[derive(Debug, Clone)]
+pub struct ScenarioFile {
+    pub name: String,
+    /// TOML text as run (sweeps expanded).
+    pub text: String,
+    pub checkpoints_s: Vec<u64>,
+    pub duration_s: u64,
+    pub containers: Vec<ContainerInfo>,
+    /// (sweep variable, value) when expanded from a sweep.
+    pub sweep: Option<(String, i64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub name: String,
+    pub start_s: u64,
+    pub args: Vec<String>,
+    pub local_low_mib: Option<u64>,
+}
+
+/// Reads a scenario file; a `[sweep]` gives one scenario per value.
+pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let mut v: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
+    let sweep = v.remove("sweep");
+    let base_name = v
+        .get("name")
+        .and_then(|n| n.as_str())
+        .with_context(|| format!("{}: no name", path.display()))?
+        .to_owned();
+    let variants: Vec<(Option<(String, i64)>, toml::Table)> = match sweep {
+        None => vec![(None, v)],
+        Some(s) => {
+            let var = s
+                .get("var")
+                .and_then(|x| x.as_str())
+                .with_context(|| format!("{}: [sweep] needs var = \"NAME\"", path.display()))?
+                .to_owned();
+            let values = s
+                .get("values")
+                .and_then(|x| x.as_array())
+                .with_context(|| format!("{}: [sweep] needs values = [..]", path.display()))?;
+            let mut out = Vec::new();
+            for val in values {
+                let n = val.as_integer().with_context(|| {
+                    format!("{}: sweep values must be integers", path.display())
+                })?;
+                let text = toml::to_string(&v)?.replace(&format!("{{{var}}}"), &n.to_string());
+                let mut t: toml::Table = toml::from_str(&text)?;
+                t.insert("name".into(), format!("{base_name}-{var}{n}").into());
+                out.push((Some((var.clone(), n)), t));
+            }
+            out
+        }
+    };
+    variants
+        .into_iter()
+        .map(|(sweep, t)| {
+            let name = t["name"].as_str().unwrap_or_default().to_owned();
+            let ints = |k: &str| -> Vec<u64> {
+                t.get(k)
+                    .and_then(|x| x.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_integer())
+                            .map(|x| x as u64)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let containers = t
+                .get("container")
+                .and_then(|c| c.as_array())
+                .with_context(|| format!("{}: no [[container]]", path.display()))?
+                .iter()
+                .map(|c| ContainerInfo {
+                    name: c.get("name").and_then(|x| x.as_str()).unwrap_or("?").into(),
+                    start_s: c.get("start_s").and_then(|x| x.as_integer()).unwrap_or(0) as u64,
+                    args: c
+                        .get("args")
+                        .and_then(|x| x.as_array())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(String::from))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    local_low_mib: c
+                        .get("local_low_mib")
+                        .and_then(|x| x.as_integer())
+                        .map(|x| x as u64),
+                })
+                .collect();
+            Ok(ScenarioFile {
+                checkpoints_s: ints("checkpoints_s"),
+                duration_s: t
+                    .get("duration_s")
+                    .and_then(|x| x.as_integer())
+                    .unwrap_or(120) as u64,
+                text: toml::to_string(&t)?,
+                name,
+                containers,
+                sweep,
+            })
+        })
+        .collect()
+}
+
+/// One scenario's series, as printed by `tierscen --emit`.
+#[derive(Debug, Default)]
+pub struct Series {
+    /// By mode: per-container samples and host samples.
+    pub samples: BTreeMap<String, Vec<Value>>,
+    pub host: BTreeMap<String, Vec<Value>>,
+}
+
+/// Collects `SAMPLE` and `HOST` lines by scenario.
+pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
+    let mut by: BTreeMap<String, Series> = BTreeMap::new();
+    for l in out.lines() {
+        let (tag, rest) = match l.split_once(' ') {
+            Some(x) => x,
+            None => continue,
+        };
+        if tag != "SAMPLE" && tag != "HOST" {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(rest) else {
+            continue;
+        };
+        let sc = v["scenario"].as_str().unwrap_or_default().to_owned();
+        let mode = v["mode"].as_str().unwrap_or_default().to_owned();
+        let s = by.entry(sc).or_default();
+        let m = if tag == "SAMPLE" {
+            &mut s.samples
+        } else {
+            &mut s.host
+        };
+        m.entry(mode).or_default().push(v);
+    }
+    by
+}
+
+fn f(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(|x| x.as_f64())
+}
+
+const MIB: f64 = 1048576.0;
+
+/// The Markdown table of one scenario: one row per (mode, container) and
+/// one per mode for host-wide figures.
+pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "### {}\n", sc.name);
+    let cps = &sc.checkpoints_s;
+    let _ = write!(t, "| mode | container | local % at end |");
+    for cp in cps {
+        let _ = write!(t, " hot-set residency @{cp} s |");
+    }
+    let _ = writeln!(
+        t,
+        " hot set ≥ 95% on DRAM after | MiB × s below local_low | modelled latency (ns, model) |"
+    );
+    let _ = writeln!(t, "|{}", "---|".repeat(6 + cps.len()));
+    for mode in modes {
+        let Some(samples) = s.samples.get(mode) else {
+            continue;
+        };
+        for c in &sc.containers {
+            let mine: Vec<&Value> = samples
+                .iter()
+                .filter(|v| v["container"] == c.name.as_str())
+                .collect();
+            let Some(last) = mine.last() else { continue };
+            let _ = write!(
+                t,
+                "| {mode} | {} | {:.1} |",
+                c.name,
+                100.0 * f(last, "local_ratio").unwrap_or(0.0)
+            );
+            for &cp in cps {
+                let near = mine.iter().min_by(|a, b| {
+                    (f(a, "t_s").unwrap_or(0.0) - cp as f64)
+                        .abs()
+                        .total_cmp(&(f(b, "t_s").unwrap_or(0.0) - cp as f64).abs())
+                });
+                match near.and_then(|v| f(v, "hot_residency")) {
+                    Some(r) => {
+                        let _ = write!(t, " {r:.3} |");
+                    }
+                    None => t.push_str(" – |"),
+                }
+            }
+            match mine
+                .iter()
+                .find(|v| f(v, "hot_residency").is_some_and(|r| r >= 0.95))
+            {
+                Some(v) => {
+                    let _ = write!(
+                        t,
+                        " {:.0} s |",
+                        f(v, "t_s").unwrap_or(0.0) - c.start_s as f64
+                    );
+                }
+                None => t.push_str(" never |"),
+            }
+            match c.local_low_mib {
+                Some(low) => {
+                    let mut below = 0.0;
+                    for w in mine.windows(2) {
+                        let fast = f(w[0], "fast_bytes").unwrap_or(0.0) / MIB;
+                        let dt = f(w[1], "t_s").unwrap_or(0.0) - f(w[0], "t_s").unwrap_or(0.0);
+                        below += (low as f64 - fast).max(0.0) * dt;
+                    }
+                    let _ = write!(t, " {below:.0} |");
+                }
+                None => t.push_str(" – |"),
+            }
+            match f(last, "model_latency_ns") {
+                Some(l) if l > 0.0 => {
+                    let _ = writeln!(t, " {l:.0} |");
+                }
+                _ => t.push_str(" – |\n"),
+            }
+        }
+    }
+    // Host-wide and spread.
+    let _ = writeln!(
+        t,
+        "\n| mode | local-fraction spread, identical containers (pts) | DRAM used after last start (mean / min %) | pages migrated/s (run / 2nd half) | tierd CPU % of one core | tierd max RSS (MiB) |"
+    );
+    let _ = writeln!(t, "|---|---|---|---|---|---|");
+    let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0) as f64;
+    for mode in modes {
+        let (Some(samples), Some(host)) = (s.samples.get(mode), s.host.get(mode)) else {
+            continue;
+        };
+        let spread = identical_spread(sc, samples)
+            .map(|x| format!("{x:.1}"))
+            .unwrap_or_else(|| "–".into());
+        let after: Vec<f64> = host
+            .iter()
+            .filter(|h| f(h, "t_s").unwrap_or(0.0) >= last_start + 1.0)
+            .map(|h| {
+                f(h, "fast_used_bytes").unwrap_or(0.0) / f(h, "fast_total_bytes").unwrap_or(1.0)
+            })
+            .collect();
+        let used = if after.is_empty() {
+            "–".into()
+        } else {
+            format!(
+                "{:.1} / {:.1}",
+                100.0 * after.iter().sum::<f64>() / after.len() as f64,
+                100.0 * after.iter().cloned().fold(f64::INFINITY, f64::min)
+            )
+        };
+        let rate = |a: &Value, b: &Value| {
+            (f(b, "pgmigrate_success").unwrap_or(0.0) - f(a, "pgmigrate_success").unwrap_or(0.0))
+                / (f(b, "t_s").unwrap_or(0.0) - f(a, "t_s").unwrap_or(0.0)).max(1e-3)
+        };
+        let (first, last) = (&host[0], &host[host.len() - 1]);
+        let mid = &host[host.len() / 2];
+        let dt = (f(last, "t_s").unwrap_or(0.0) - f(first, "t_s").unwrap_or(0.0)).max(1e-3);
+        let cpu = 100.0
+            * (f(last, "tierd_cpu_s").unwrap_or(0.0) - f(first, "tierd_cpu_s").unwrap_or(0.0))
+            / dt;
+        let rss = host
+            .iter()
+            .filter_map(|h| f(h, "tierd_rss_bytes"))
+            .fold(0.0, f64::max)
+            / MIB;
+        let tierd = mode != "kernel";
+        let _ = writeln!(
+            t,
+            "| {mode} | {spread} | {used} | {:.0} / {:.0} | {} | {} |",
+            rate(first, last),
+            rate(mid, last),
+            if tierd {
+                format!("{cpu:.2}")
+            } else {
+                "–".into()
+            },
+            if tierd {
+                format!("{rss:.1}")
+            } else {
+                "–".into()
+            },
+        );
+    }
+    t
+}
+
+/// Max − min of the final local fraction (percentage points) over containers
+/// with the same workload arguments; None when no two are identical.
+fn identical_spread(sc: &ScenarioFile, samples: &[Value]) -> Option<f64> {
+    let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
+    for c in &sc.containers {
+        // Seeds differ between otherwise identical cache tenants.
+        let key: Vec<String> = c
+            .args
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| *a != "--seed" && (*i == 0 || c.args[i - 1] != "--seed"))
+            .map(|(_, a)| a.clone())
+            .collect();
+        groups.entry(key).or_default().push(&c.name);
+    }
+    let group = groups.values().find(|g| g.len() >= 2)?;
+    let finals: Vec<f64> = group
+        .iter()
+        .filter_map(|name| {
+            samples
+                .iter()
+                .rev()
+                .find(|v| v["container"] == *name)
+                .and_then(|v| f(v, "local_ratio"))
+        })
+        .collect();
+    if finals.len() < 2 {
+        return None;
+    }
+    let max = finals.iter().cloned().fold(f64::MIN, f64::max);
+    let min = finals.iter().cloned().fold(f64::MAX, f64::min);
+    Some(100.0 * (max - min))
+}
+
+/// Registers DejaVu Sans (fonts-dejavu-core) as plotters' sans-serif font.
+pub fn register_font() -> Result<()> {
+    let p = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+    let bytes = std::fs::read(p)
+        .with_context(|| format!("{p}: plots need fonts-dejavu-core (`cargo xtask setup`)"))?;
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| anyhow::anyhow!("{p}: not a font plotters can read"))?;
+    Ok(())
+}
+
+/// One PNG: `key` of every (mode, container) series over time.
+pub fn plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    s: &Series,
+    modes: &[String],
+    key: &str,
+    scale: f64,
+) -> Result<bool> {
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for mode in modes {
+        let Some(samples) = s.samples.get(mode) else {
+            continue;
+        };
+        let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for v in samples {
+            if let (Some(t), Some(y)) = (f(v, "t_s"), f(v, key)) {
+                by.entry(v["container"].as_str().unwrap_or("?").into())
+                    .or_default()
+                    .push((t, y * scale));
+            }
+        }
+        for (c, pts) in by {
+            lines.push((format!("{mode}: {c}"), pts));
+        }
+    }
+    if lines.iter().all(|(_, p)| p.is_empty()) {
+        return Ok(false);
+    }
+    let x_max = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.0))
+        .fold(1.0, f64::max);
+    let y_max = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.08;
+    let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    for (i, (name, pts)) in lines.into_iter().enumerate() {
+        let color = Palette99::pick(i).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(pts, color))
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(
+                    vec![(x, y), (x + 18, y)],
+                    Palette99::pick(i).stroke_width(2),
+                )
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(true)
+}
+
+/// Writes every artefact; returns the report text and the list of problems
+/// (scenario/mode pairs without samples).
+pub fn write_all(
+    out_dir: &Path,
+    scenarios: &[ScenarioFile],
+    series: &BTreeMap<String, Series>,
+    modes: &[String],
+    command: &str,
+) -> Result<(String, Vec<String>)> {
+    std::fs::create_dir_all(out_dir).with_context(|| out_dir.display().to_string())?;
+    let plots = register_font()
+        .map_err(|e| eprintln!("xtask: {e:#}; no plots"))
+        .is_ok();
+    let mut problems = Vec::new();
+    let mut report = format!("# tierd evaluation\n\nCommand: `{command}`\n\n");
+    let mut knee: BTreeMap<(String, i64), (String, f64, f64)> = BTreeMap::new();
+    for sc in scenarios {
+        let empty = Series::default();
+        let s = series.get(&sc.name).unwrap_or(&empty);
+        for m in modes {
+            if s.samples.get(m).is_none_or(|v| v.is_empty()) {
+                problems.push(format!("{} / {m}: no container samples", sc.name));
+            }
+            if s.host.get(m).is_none_or(|v| v.is_empty()) {
+                problems.push(format!("{} / {m}: no host samples", sc.name));
+            }
+        }
+        let dir = out_dir.join(&sc.name);
+        std::fs::create_dir_all(&dir)?;
+        let mut jsonl = String::new();
+        for v in s
+            .samples
+            .values()
+            .flatten()
+            .chain(s.host.values().flatten())
+        {
+            jsonl += &v.to_string();
+            jsonl.push('\n');
+        }
+        std::fs::write(dir.join("samples.jsonl"), jsonl)?;
+        std::fs::write(dir.join("scenario.toml"), &sc.text)?;
+        let tbl = table(sc, s, modes);
+        std::fs::write(dir.join("table.md"), &tbl)?;
+        report += &tbl;
+        if plots {
+            for (file, title, y, key, scale) in [
+                (
+                    "fast-bytes.png",
+                    "fast-tier (DRAM) bytes per container",
+                    "MiB on the fast tier",
+                    "fast_bytes",
+                    1.0 / MIB,
+                ),
+                (
+                    "residency.png",
+                    "hot-set residency on the fast tier",
+                    "share of the hot set on DRAM",
+                    "hot_residency",
+                    1.0,
+                ),
+            ] {
+                let p = dir.join(file);
+                if plot(
+                    &p,
+                    &format!("{}: {title}", sc.name),
+                    y,
+                    s,
+                    modes,
+                    key,
+                    scale,
+                )? {
+                    let _ = writeln!(report, "\n![{}]({}/{file})", title, sc.name);
+                }
+            }
+        }
+        report.push('\n');
+        if let Some((var, val)) = &sc.sweep {
+            for m in modes {
+                if let Some(last) = s.samples.get(m).and_then(|v| v.last()) {
+                    knee.insert(
+                        (m.clone(), *val),
+                        (
+                            var.clone(),
+                            f(last, "hot_residency").unwrap_or(f64::NAN),
+                            f(last, "model_latency_ns").unwrap_or(f64::NAN),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if !knee.is_empty() {
+        report += "## Sweep summary (final sample)\n\n| mode | value | hot-set residency | modelled latency (ns, model) |\n|---|---|---|---|\n";
+        for ((m, val), (var, res, lat)) in &knee {
+            let _ = writeln!(report, "| {m} | {var} = {val} | {res:.3} | {lat:.0} |");
+        }
+    }
+    std::fs::write(out_dir.join("report.md"), &report)?;
+    Ok((report, problems))
+}
+
+/// The guest script: every scenario under `modes`, with a marker on failure.
+pub fn script(
+    scenarios: &[(ScenarioFile, String)],
+    modes: &str,
+    duration_s: Option<u64>,
+) -> String {
+    let mut s = String::from("FAILED=0\n");
+    for (sc, guest) in scenarios {
+        let mut cmd = format!("tierscen {guest} --emit --modes {modes}");
+        if let Some(d) = duration_s {
+            cmd += &format!(" --duration-s {d}");
+        }
+        let _ = writeln!(
+            s,
+            "{cmd} || {{ echo \"SCENARIO_FAILED {}\"; FAILED=1; }}",
+            sc.name
+        );
+    }
+    s += "exit $FAILED\n";
+    s
+}
+
+/// Checks the output for failed scenarios.
+pub fn failures(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("SCENARIO_FAILED "))
+        .map(String::from)
+        .collect()
+}
+
+/// Default output directory: `<target>/tierd-bench`.
+pub fn default_out(target: &Path) -> PathBuf {
+    target.join("tierd-bench")
+}
+
+/// Errors out when anything is missing.
+pub fn check(problems: &[String], failed: &[String]) -> Result<()> {
+    if !failed.is_empty() || !problems.is_empty() {
+        bail!(
+            "evaluation incomplete:\n  {}",
+            failed
+                .iter()
+                .map(|f| format!("scenario {f} failed in the guest"))
+                .chain(problems.iter().cloned())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_expands_into_named_variants() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("knee.toml");
+        std::fs::write(
+            &p,
+            r#"
+name = "knee"
+duration_s = 30
+tierd_config = ""
+[sweep]
+var = "hot"
+values = [100, 300]
+[[container]]
+name = "c"
+cgroup = "t/c"
+args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
+"#,
+        )
+        .unwrap();
+        let v = load(&p).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].name, "knee-hot100");
+        assert_eq!(v[1].containers[0].args[4], "300");
+        assert!(!v[1].text.contains("sweep"));
+        assert_eq!(v[1].sweep, Some(("hot".into(), 300)));
+    }
+
+    #[test]
+    fn output_is_grouped_and_empty_series_are_problems() {
+        let out = "noise\nSAMPLE {\"scenario\":\"a\",\"mode\":\"kernel\",\"t_s\":1,\"container\":\"x\",\"local_ratio\":0.5,\"fast_bytes\":1048576}\nHOST {\"scenario\":\"a\",\"mode\":\"kernel\",\"t_s\":1,\"pgmigrate_success\":10,\"fast_used_bytes\":1,\"fast_total_bytes\":2}\nSCENARIO_FAILED b\n";
+        let s = parse_output(out);
+        assert_eq!(s["a"].samples["kernel"].len(), 1);
+        assert_eq!(failures(out), vec!["b".to_string()]);
+        let sc = ScenarioFile {
+            name: "a".into(),
+            text: String::new(),
+            checkpoints_s: vec![1],
+            duration_s: 1,
+            containers: vec![ContainerInfo {
+                name: "x".into(),
+                start_s: 0,
+                args: vec![],
+                local_low_mib: Some(2),
+            }],
+            sweep: None,
+        };
+        let d = tempfile::tempdir().unwrap();
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        let (report, problems) = write_all(d.path(), &[sc], &s, &modes, "cmd").unwrap();
+        assert!(report.contains("| kernel | x | 50.0 |"), "{report}");
+        assert_eq!(
+            problems,
+            vec![
+                "a / tierd: no container samples".to_string(),
+                "a / tierd: no host samples".to_string()
+            ]
+        );
+        assert!(check(&problems, &[]).is_err());
+    }
+}
