@@ -32,6 +32,16 @@ pub struct ScenarioFile {
     pub containers: Vec<ContainerInfo>,
     /// (sweep variable, value) when expanded from a sweep.
     pub sweep: Option<(String, i64)>,
+    /// The scenario's own `modes = [..]`, overriding the command line's
+    /// (overhead scenarios run under tierd only).
+    pub modes: Option<Vec<String>>,
+}
+
+impl ScenarioFile {
+    /// The modes this scenario runs under.
+    pub fn modes(&self, default: &[String]) -> Vec<String> {
+        self.modes.clone().unwrap_or_else(|| default.to_vec())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +58,13 @@ pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
     let mut v: toml::Table =
         toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
     let sweep = v.remove("sweep");
+    let modes: Option<Vec<String>> = v.remove("modes").and_then(|m| {
+        m.as_array().map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+    });
     let base_name = v
         .get("name")
         .and_then(|n| n.as_str())
@@ -126,6 +143,7 @@ pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
                 name,
                 containers,
                 sweep,
+                modes: modes.clone(),
             })
         })
         .collect()
@@ -458,6 +476,7 @@ pub fn write_all(
     for sc in scenarios {
         let empty = Series::default();
         let s = series.get(&sc.name).unwrap_or(&empty);
+        let modes = &sc.modes(modes);
         for m in modes {
             if s.samples.get(m).is_none_or(|v| v.is_empty()) {
                 problems.push(format!("{} / {m}: no container samples", sc.name));
@@ -543,12 +562,15 @@ pub fn write_all(
 /// The guest script: every scenario under `modes`, with a marker on failure.
 pub fn script(
     scenarios: &[(ScenarioFile, String)],
-    modes: &str,
+    modes: &[String],
     duration_s: Option<u64>,
 ) -> String {
     let mut s = String::from("FAILED=0\n");
     for (sc, guest) in scenarios {
-        let mut cmd = format!("tierscen {guest} --emit --modes {modes}");
+        let mut cmd = format!(
+            "tierscen {guest} --emit --modes {}",
+            sc.modes(modes).join(",")
+        );
         if let Some(d) = duration_s {
             cmd += &format!(" --duration-s {d}");
         }
@@ -641,6 +663,7 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
                 local_low_mib: Some(2),
             }],
             sweep: None,
+            modes: None,
         };
         let d = tempfile::tempdir().unwrap();
         let modes = vec!["kernel".to_string(), "tierd".to_string()];
@@ -654,5 +677,72 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
             ]
         );
         assert!(check(&problems, &[]).is_err());
+    }
+
+    /// The harness end to end at small size, so it cannot silently rot: a
+    /// 15 s scenario with two small containers under kernel tiering and
+    /// tierd (move_pages) in the emulated host, parsed, tabled and plotted.
+    /// Needs the release binaries (`cargo xtask test` builds them).
+    #[test]
+    fn smoke_run_in_the_emulated_host() {
+        let bins = testbed::guest_binaries(&["tierd", "tierctl", "tierload", "tierscen"])
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e:#}\nrun the VM tests through `cargo xtask test`, which builds the binaries"
+                )
+            });
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("smoke.toml");
+        std::fs::write(
+            &p,
+            r#"
+name = "smoke"
+duration_s = 15
+sample_s = 3
+checkpoints_s = [6, 15]
+modes = ["kernel", "tierd-pages"]
+tierd_config = """
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/*"
+"""
+[[container]]
+name = "a"
+cgroup = "tenants.slice/a"
+args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
+[[container]]
+name = "b"
+cgroup = "tenants.slice/b"
+start_s = 3
+local_low_mib = 16
+args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
+"#,
+        )
+        .unwrap();
+        let scenarios = load(&p).unwrap();
+        let staged_path = d.path().join("staged.toml");
+        std::fs::write(&staged_path, &scenarios[0].text).unwrap();
+        let staged = vec![(scenarios[0].clone(), "/scenarios/smoke.toml".to_string())];
+        let cfg = testbed::VmConfig {
+            binaries: bins,
+            files: vec![(staged_path, "/scenarios/smoke.toml".into())],
+            timeout: std::time::Duration::from_secs(300),
+            ..Default::default()
+        };
+        let out = testbed::run(&cfg, &script(&staged, &[], None))
+            .unwrap_or_else(|e| panic!("emulated CXL host failed: {e:#}"));
+        assert_eq!(out.exit_code, 0, "{}", out.output);
+        let series = parse_output(&out.output);
+        let modes = scenarios[0].modes(&[]);
+        let (report, problems) =
+            write_all(&d.path().join("out"), &scenarios, &series, &modes, "smoke").unwrap();
+        check(&problems, &failures(&out.output)).unwrap();
+        for m in ["kernel", "tierd-pages"] {
+            assert!(series["smoke"].samples[m].len() >= 8, "{m}: {}", out.output);
+        }
+        assert!(report.contains("| tierd-pages | b |"), "{report}");
+        assert!(d.path().join("out/smoke/fast-bytes.png").is_file());
+        assert!(d.path().join("out/smoke/residency.png").is_file());
     }
 }

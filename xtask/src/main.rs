@@ -63,7 +63,7 @@ enum Cmd {
     Demo {
         #[command(flatten)]
         vm: VmArgs,
-        /// Scenario files (default: every file in benches/scenarios/).
+        /// Scenario files (default: identical-cache, cold-hog, noisy-neighbour).
         #[arg(long = "scenario", value_name = "FILE")]
         scenarios: Vec<PathBuf>,
         /// Override each scenario's duration per mode, seconds.
@@ -107,6 +107,15 @@ impl VmArgs {
         }
     }
 }
+
+/// The main job's scenarios (benches/scenarios/): fairness between
+/// identical tenants, a cold hog against a newcomer, a noisy neighbour
+/// against a protected service.
+const DEMO_SCENARIOS: [&str; 3] = [
+    "identical-cache.toml",
+    "cold-hog.toml",
+    "noisy-neighbour.toml",
+];
 
 /// Binaries the guest gets from target/release, when built.
 const GUEST_BINARIES: [&str; 7] = [
@@ -205,51 +214,53 @@ fn demo(
     duration_s: Option<u64>,
     modes: Option<String>,
 ) -> Result<ExitCode> {
-    let n_modes = modes.as_deref().map_or(2, |m| m.split(',').count()) as u64;
     setup()?;
     build_release()?;
     if scenarios.is_empty() {
         let dir = testbed::workspace_root().join("benches/scenarios");
-        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
-            let p = e?.path();
-            if p.extension().is_some_and(|x| x == "toml") {
-                scenarios.push(p);
-            }
-        }
-        scenarios.sort();
+        scenarios = DEMO_SCENARIOS.iter().map(|f| dir.join(f)).collect();
     }
+    let default_modes: Vec<String> = modes
+        .as_deref()
+        .unwrap_or("kernel,tierd")
+        .split(',')
+        .map(String::from)
+        .collect();
     let mut cfg = vm.config();
     cfg.binaries = built_binaries();
     cfg.files = guest_files();
     cfg.echo_output = true;
+    let stage = testbed::target_dir().join("tierd-demo-scenarios");
+    std::fs::create_dir_all(&stage)?;
+    let mut expanded = Vec::new();
+    for f in &scenarios {
+        expanded.extend(bench::load(f)?);
+    }
     let mut script = String::from("set -e\n");
     let mut total_s = 60;
-    for (i, sc) in scenarios.iter().enumerate() {
-        let text = std::fs::read_to_string(sc).with_context(|| sc.display().to_string())?;
-        let v: toml::Value = toml::from_str(&text).with_context(|| sc.display().to_string())?;
-        let d = duration_s
-            .or_else(|| {
-                v.get("duration_s")
-                    .and_then(|d| d.as_integer())
-                    .map(|d| d as u64)
-            })
-            .unwrap_or(120);
-        total_s += n_modes * (d + 60);
-        let guest = format!("/scenarios/{}", sc.file_name().unwrap().to_string_lossy());
-        cfg.files.push((sc.clone(), guest.clone()));
-        let mut cmd = format!("tierscen {guest}");
+    let n = expanded.len();
+    for (i, sc) in expanded.iter().enumerate() {
+        let m = if modes.is_some() {
+            default_modes.clone()
+        } else {
+            sc.modes(&default_modes)
+        };
+        total_s += m.len() as u64 * (duration_s.unwrap_or(sc.duration_s) + 60);
+        let host = stage.join(format!("{}.toml", sc.name));
+        std::fs::write(&host, &sc.text)?;
+        let guest = format!("/scenarios/{}.toml", sc.name);
+        cfg.files.push((host, guest.clone()));
+        let mut cmd = format!("tierscen {guest} --modes {}", m.join(","));
         if let Some(d) = duration_s {
             cmd += &format!(" --duration-s {d}");
         }
-        if let Some(m) = &modes {
-            cmd += &format!(" --modes {m}");
-        }
-        if i + 1 == scenarios.len() {
+        if i + 1 == n {
             cmd += " --metrics";
         }
         script += &cmd;
         script += "\n";
     }
+    let scenarios = expanded;
     cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
     eprintln!(
         "xtask: running {} scenario(s) in the emulated CXL host ({} vCPUs, {} MiB DRAM + {} MiB CXL), up to {} s",
@@ -301,10 +312,11 @@ fn bench_cmd(
     cfg.echo_output = true;
     let stage = testbed::target_dir().join("tierd-bench-scenarios");
     std::fs::create_dir_all(&stage)?;
-    let n_modes = modes.split(',').count() as u64;
+    let modes_v: Vec<String> = modes.split(',').map(String::from).collect();
     let mut total_s = 60;
     let mut staged = Vec::new();
     for sc in &scenarios {
+        let n_modes = sc.modes(&modes_v).len() as u64;
         let host = stage.join(format!("{}.toml", sc.name));
         std::fs::write(&host, &sc.text)?;
         let guest = format!("/scenarios/{}.toml", sc.name);
@@ -313,15 +325,14 @@ fn bench_cmd(
         staged.push((sc.clone(), guest));
     }
     cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
-    let script = bench::script(&staged, &modes, duration_s);
+    let script = bench::script(&staged, &modes_v, duration_s);
     eprintln!(
-        "xtask: {} scenario(s) × {n_modes} mode(s) in the emulated CXL host, up to {} s",
+        "xtask: {} scenario(s) in the emulated CXL host, up to {} s",
         scenarios.len(),
         cfg.timeout.as_secs()
     );
     let res = testbed::run(&cfg, &script).context("emulated CXL host")?;
     let out_dir = out.unwrap_or_else(|| bench::default_out(&testbed::target_dir()));
-    let modes_v: Vec<String> = modes.split(',').map(String::from).collect();
     let series = bench::parse_output(&res.output);
     let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
     let (_, problems) = bench::write_all(
