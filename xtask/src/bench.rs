@@ -338,12 +338,13 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
 fn identical_spread(sc: &ScenarioFile, samples: &[Value]) -> Option<f64> {
     let mut groups: BTreeMap<Vec<String>, Vec<&str>> = BTreeMap::new();
     for c in &sc.containers {
-        // Seeds differ between otherwise identical cache tenants.
+        // Seeds and ports differ between otherwise identical tenants.
+        let ignored = |a: &str| a == "--seed" || a == "--port";
         let key: Vec<String> = c
             .args
             .iter()
             .enumerate()
-            .filter(|(i, a)| *a != "--seed" && (*i == 0 || c.args[i - 1] != "--seed"))
+            .filter(|(i, a)| !ignored(a) && (*i == 0 || !ignored(&c.args[i - 1])))
             .map(|(_, a)| a.clone())
             .collect();
         groups.entry(key).or_default().push(&c.name);
@@ -565,7 +566,11 @@ pub fn script(
     modes: &[String],
     duration_s: Option<u64>,
 ) -> String {
-    let mut s = String::from("FAILED=0\n");
+    // Debian's redis-server is redis-check-rdb under another name (it picks
+    // its role from argv[0]).
+    let mut s = String::from(
+        "FAILED=0\n[ -x /usr/local/bin/redis-check-rdb ] && ln -sf redis-check-rdb /usr/local/bin/redis-server\n",
+    );
     for (sc, guest) in scenarios {
         let mut cmd = format!(
             "tierscen {guest} --emit --modes {}",

@@ -117,8 +117,12 @@ const DEMO_SCENARIOS: [&str; 3] = [
     "noisy-neighbour.toml",
 ];
 
+/// Host binaries the guest gets when installed: redis-tools' server binary
+/// (the redis scenario; linked as redis-server in the guest).
+const HOST_BINARIES: [&str; 1] = ["/usr/bin/redis-check-rdb"];
+
 /// Binaries the guest gets from target/release, when built.
-const GUEST_BINARIES: [&str; 7] = [
+const GUEST_BINARIES: [&str; 8] = [
     "tierd",
     "tierctl",
     "tierload",
@@ -126,6 +130,7 @@ const GUEST_BINARIES: [&str; 7] = [
     "movebench",
     "damon-heat",
     "hint-probe",
+    "redisload",
 ];
 
 fn main() -> ExitCode {
@@ -408,6 +413,7 @@ fn built_binaries() -> Vec<PathBuf> {
     GUEST_BINARIES
         .iter()
         .map(|n| dir.join(n))
+        .chain(HOST_BINARIES.iter().map(PathBuf::from))
         .filter(|p| p.is_file())
         .collect()
 }

@@ -163,8 +163,8 @@ impl Default for PolicyParams {
             band_min_bytes: 16 << 20,
             container_demote_bytes_per_s: 64 << 20,
             global_demote_bytes_per_s: 256 << 20,
-            container_promote_bytes_per_s: 32 << 20,
-            global_promote_bytes_per_s: 128 << 20,
+            container_promote_bytes_per_s: 64 << 20,
+            global_promote_bytes_per_s: 256 << 20,
             burst_s: 2.0,
             thrash: ThrashParams::default(),
         }

@@ -29,6 +29,10 @@ use crate::topology::Topology;
 /// the LRU scan cost more than the placement gains.
 const MIN_RECLAIM_BYTES: u64 = 1 << 20;
 
+/// How fast a held hot-set demand falls when DAMON sees less, per second
+/// (a hot set that really shrank is let go within about 15 s to half).
+const DEMAND_DECAY_PER_S: f64 = 0.05;
+
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;
 
@@ -137,6 +141,8 @@ pub struct Controller {
     stat_hint_faults: HashMap<u64, u64>,
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
+    /// Held hot-set demand per container (see `held_demand`).
+    demand_hold: HashMap<u64, u64>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -217,6 +223,7 @@ impl Controller {
             faults,
             stat_hint_faults: HashMap::new(),
             alive_ids: HashSet::new(),
+            demand_hold: HashMap::new(),
         };
         c.setup_hotness();
         Ok(c)
@@ -416,12 +423,15 @@ impl Controller {
                 name: m.path.clone(),
                 fast_bytes: fast_b,
                 slow_bytes: slow_b,
-                hot_bytes: self
-                    .hot
-                    .readings
-                    .get(&m.id)
-                    .filter(|r| r.regions > 0)
-                    .map(|r| r.hot_bytes),
+                hot_bytes: self.held_demand(
+                    m.id,
+                    self.hot
+                        .readings
+                        .get(&m.id)
+                        .filter(|r| r.regions > 0)
+                        .map(|r| r.hot_bytes),
+                    elapsed_ms,
+                ),
                 policy: self.cfg.container_policy(m.policy_index),
                 migrations,
             });
@@ -433,6 +443,8 @@ impl Controller {
         self.moved_total
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.own_moved
+            .retain(|id, _| managed.iter().any(|m| m.id == *id));
+        self.demand_hold
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.sample_hint_faults(&managed, elapsed_ms);
 
@@ -505,14 +517,39 @@ impl Controller {
             let down = now.demote_kswapd.saturating_sub(prev.demote_kswapd)
                 + now.demote_direct.saturating_sub(prev.demote_direct)
                 + now.demote_khugepaged.saturating_sub(prev.demote_khugepaged);
+            // Thrash input: what went *up* (kernel promotions here, tierd's
+            // own added by the caller) against what *tierd* sent down (its
+            // moves and memory.reclaim requests, added by the caller).
+            // kswapd's demotions are not counted: a newcomer whose pages
+            // kswapd demoted as it allocated, and which tierd then promotes
+            // to its share, is not thrashing.
+            let _ = down;
             return Migrations {
-                demoted_bytes: down * PAGE_BYTES,
+                demoted_bytes: 0,
                 promoted_bytes: now.promote_success.saturating_sub(prev.promote_success)
                     * PAGE_BYTES,
                 pingpong_bytes: 0,
             };
         }
         Migrations::default()
+    }
+
+    /// The policy's demand input from DAMON's hot bytes, held at its peak
+    /// and let down by [`DEMAND_DECAY_PER_S`] of itself per second: one
+    /// aggregation's hot bytes swing widely (a region split or merge moves
+    /// tens of MiB between "hot" and "warm"), and a target that follows
+    /// every swing moves pages both ways. A growing hot set is followed at
+    /// once. `None` (heat unknown) clears the hold.
+    fn held_demand(&mut self, id: u64, hot: Option<u64>, elapsed_ms: u64) -> Option<u64> {
+        let Some(hot) = hot else {
+            self.demand_hold.remove(&id);
+            return None;
+        };
+        let decay = (1.0 - DEMAND_DECAY_PER_S).powf(elapsed_ms as f64 / 1000.0);
+        let held = self.demand_hold.get(&id).map_or(0.0, |&h| h as f64 * decay) as u64;
+        let v = hot.max(held);
+        self.demand_hold.insert(id, v);
+        Some(v)
     }
 
     /// Reads this cycle's hint faults and kernel migrations per container
@@ -639,6 +676,7 @@ impl Controller {
             };
             match self.cg.reclaim(&m.path, demote) {
                 Ok(outcome) => {
+                    self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
                     self.metrics
                         .container_demote_requested_bytes
                         .get_or_create(&labels)
@@ -693,7 +731,6 @@ impl Controller {
         let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
         let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
         let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
-        let hot_min = self.cfg.hotness.hot_min_accesses;
         let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
 
         if let Some(pm) = &mut self.hot.pages {
@@ -702,8 +739,7 @@ impl Controller {
                     continue;
                 };
                 if promote && p.promote_bytes > 0 {
-                    let mv =
-                        pm.promote(m.id, &r.procs, hot_min, &lower, fast_dest, p.promote_bytes);
+                    let mv = pm.promote(m.id, &r.procs, &lower, fast_dest, p.promote_bytes);
                     results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {

@@ -111,7 +111,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
         apply_knobs(&cfg, &mut knobs)?;
     }
 
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    let mut ready = false;
     let mut watchdog_usec = 0u64;
     let watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec);
 
@@ -138,6 +138,12 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
                 error = format!("{e:#}"),
                 "control-loop cycle failed; retrying next interval"
             );
+        }
+        // Ready once the first cycle has run (whatever its outcome): from
+        // then on /status answers and tierd manages what it found.
+        if !ready {
+            ready = true;
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
         }
         if watchdog {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);

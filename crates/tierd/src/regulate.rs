@@ -97,18 +97,22 @@ impl PagesMover {
         }
     }
 
-    /// Moves up to `budget` bytes of `container`'s hottest regions (at least
-    /// `hot_min` accesses per aggregation) from `lower` nodes to `dest`.
+    /// Moves up to `budget` bytes of `container`'s most accessed regions
+    /// (hottest first, then warm: any region DAMON saw accessed) from
+    /// `lower` nodes to `dest`.
     pub fn promote(
         &mut self,
         container: u64,
         procs: &[ProcRegions],
-        hot_min: u32,
         lower: &[u32],
         dest: u32,
         budget: u64,
     ) -> Moved {
-        let ranges = hot_ranges(procs, hot_min);
+        // Hottest first; below the hot threshold, regions DAMON saw accessed
+        // at all (warm) come next: the policy granted this DRAM, and a hot
+        // set that DAMON has not resolved yet (a newcomer's regions are
+        // still being split) is in them. Never-accessed regions stay put.
+        let ranges = hot_ranges(procs, 1);
         let now = Instant::now();
         let window = self.window;
         let records = self.demoted.entry(container).or_default();

@@ -181,6 +181,9 @@ pub fn setup() -> Result<Assets> {
         ("make", "make"),
         ("cc", "gcc"),
         ("pkg-config", "pkg-config"),
+        // The redis scenario's server (redis-tools has the binary and no
+        // service; redis-server would start one on the host).
+        ("redis-check-rdb", "redis-tools"),
     ] {
         if which(bin).is_none() {
             missing.push(pkg);

@@ -142,13 +142,22 @@ struct ContainerSpec {
     /// (in every mode, so the kernel-only baseline is measured the same way).
     #[serde(default)]
     local_low_mib: Option<u64>,
+    /// The workload program (default `tierload`; `redisload` drives a
+    /// `server`); `--name <name>` is appended except for other programs.
+    #[serde(default)]
+    program: Option<String>,
+    /// A server started in the same cgroup before the workload (e.g.
+    /// `["redis-server", "--port", "7001", "--save", ""]`), stopped with it.
+    #[serde(default)]
+    server: Option<Vec<String>>,
 }
 
 /// The last report line a workload printed (tierload's JSON), as far as we use it.
 #[derive(Debug, Clone, Default, Deserialize)]
 struct WorkloadReport {
+    /// Absent from reports of workloads that cannot measure it (redisload).
     #[serde(default)]
-    hot_residency: f64,
+    hot_residency: Option<f64>,
     #[serde(default)]
     hit_ratio: f64,
     #[serde(default)]
@@ -178,6 +187,7 @@ struct Sample {
 struct Running {
     spec_index: usize,
     child: Child,
+    server: Option<Child>,
     report: Arc<Mutex<Option<WorkloadReport>>>,
 }
 
@@ -243,14 +253,21 @@ fn http_get(addr: &str, path: &str) -> Result<String> {
 }
 
 /// Targets per cgroup path from tierd's /status.
-fn tierd_targets(addr: &str) -> BTreeMap<String, u64> {
+fn tierd_targets(addr: &str) -> BTreeMap<String, (u64, String)> {
     let mut out = BTreeMap::new();
     if let Ok(body) = http_get(addr, "/status") {
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
             for c in v["containers"].as_array().into_iter().flatten() {
                 if let (Some(name), Some(t)) = (c["container"].as_str(), c["target_bytes"].as_u64())
                 {
-                    out.insert(name.to_owned(), t);
+                    // State, demand (MiB), damping level: why the target is what it is.
+                    let why = format!(
+                        " [{} demand {:.0} d{}]",
+                        c["state"].as_str().unwrap_or("?"),
+                        c["demand_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 20) as f64,
+                        c["damping_level"].as_u64().unwrap_or(0)
+                    );
+                    out.insert(name.to_owned(), (t, why));
                 }
             }
         }
@@ -300,11 +317,30 @@ fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
     let procs = Path::new(CGROUP_ROOT)
         .join(&spec.cgroup)
         .join("cgroup.procs");
-    let mut cmd = Command::new("tierload");
-    cmd.args(&spec.args)
-        .args(["--name", &spec.name])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let server = match &spec.server {
+        Some(argv) if !argv.is_empty() => {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit());
+            let procs_c = procs.clone();
+            unsafe {
+                cmd.pre_exec(move || fs::write(&procs_c, "0"));
+            }
+            Some(
+                cmd.spawn()
+                    .with_context(|| format!("start {} in {}", argv[0], procs.display()))?,
+            )
+        }
+        _ => None,
+    };
+    let program = spec.program.as_deref().unwrap_or("tierload");
+    let mut cmd = Command::new(program);
+    cmd.args(&spec.args);
+    if program == "tierload" {
+        cmd.args(["--name", &spec.name]);
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     // Join the cgroup before exec, so that every page is charged to it.
     let procs_c = procs.clone();
     unsafe {
@@ -312,7 +348,7 @@ fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
     }
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("start tierload in {}", procs.display()))?;
+        .with_context(|| format!("start {program} in {}", procs.display()))?;
     let report = Arc::new(Mutex::new(None));
     let stdout = child.stdout.take().expect("piped");
     let r = report.clone();
@@ -326,18 +362,24 @@ fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
     Ok(Running {
         spec_index: i,
         child,
+        server,
         report,
     })
 }
 
 fn stop(children: &mut Vec<Running>) {
     for r in children.iter() {
-        unsafe {
-            libc::kill(r.child.id() as i32, libc::SIGTERM);
+        for c in std::iter::once(&r.child).chain(r.server.as_ref()) {
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
         }
     }
     for r in children.iter_mut() {
         let _ = r.child.wait();
+        if let Some(s) = r.server.as_mut() {
+            let _ = s.wait();
+        }
     }
     children.clear();
 }
@@ -577,7 +619,11 @@ fn run_mode(
                 let spec = &sc.containers[r.spec_index];
                 let (f, l) = placement(&spec.cgroup, &fast).unwrap_or((0, 0));
                 let rep = r.report.lock().unwrap().clone();
-                let target = targets.get(&spec.cgroup).copied();
+                let target = targets.get(&spec.cgroup).map(|t| t.0);
+                let why = targets
+                    .get(&spec.cgroup)
+                    .map(|t| t.1.clone())
+                    .unwrap_or_default();
                 let s = Sample {
                     scenario: sc.name.clone(),
                     mode,
@@ -591,7 +637,7 @@ fn run_mode(
                         f as f64 / (f + l) as f64
                     },
                     target_bytes: target,
-                    hot_residency: rep.as_ref().map(|r| r.hot_residency),
+                    hot_residency: rep.as_ref().and_then(|r| r.hot_residency),
                     hit_ratio: rep.as_ref().map(|r| r.hit_ratio),
                     accesses_per_s: rep.as_ref().map(|r| r.accesses_per_s),
                     model_latency_ns: rep.as_ref().map(|r| r.model_latency_ns),
@@ -611,7 +657,7 @@ fn run_mode(
                     mib(f),
                     mib(f + l),
                     target
-                        .map(|t| format!(" target {:>4.0}", mib(t)))
+                        .map(|t| format!(" target {:>4.0}{why}", mib(t)))
                         .unwrap_or_default(),
                     s.hot_residency
                         .map(|v| format!("{v:.2}"))
