@@ -75,7 +75,9 @@ pub struct ContainerSnapshot {
 /// Tier crossings of one container since the previous snapshot, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Migrations {
-    /// Fast → lower tier: kswapd, memory.reclaim, and tierd's own movers.
+    /// Fast → lower tier by the control plane's own decisions (tierd's
+    /// movers and memory.reclaim requests); the daemon leaves kswapd's
+    /// demotions out (see docs/NOTES.md, "What counts as ping-pong").
     pub demoted_bytes: u64,
     /// Lower → fast tier: NUMA-balancing promotion and tierd's own movers.
     pub promoted_bytes: u64,
