@@ -104,5 +104,12 @@ kill $PA $PB
     let runs = check["runs"].as_u64().unwrap();
     assert!(runs >= faults.iter().sum::<u64>(), "{}", lines[2]);
     let ns = check["run_time_ns"].as_u64().unwrap() as f64 / runs.max(1) as f64;
-    eprintln!("hint-probe overhead: {ns:.0} ns per hint fault (hf_check, {runs} runs, TCG)");
+    let all_ns: u64 = progs.iter().filter_map(|p| p["run_time_ns"].as_u64()).sum();
+    let secs = lines[0]["seconds"].as_f64().unwrap();
+    eprintln!(
+        "hint-probe overhead (TCG): {ns:.0} ns per hint fault in hf_check ({runs} runs); \
+         all programs {:.3} ms over {secs:.1} s = {:.4}% of one CPU",
+        all_ns as f64 / 1e6,
+        100.0 * all_ns as f64 / 1e9 / secs
+    );
 }
