@@ -900,8 +900,9 @@ mod tests {
 
     #[test]
     fn thp_chunks_collapse_to_one_head() {
-        let base = 0x7f00_0000_0000; // 2 MiB aligned
-                                     // Range covers: 1 MiB before a THP chunk, the THP chunk, half a base chunk.
+        // 2 MiB aligned. The range covers 1 MiB before a THP chunk, the THP
+        // chunk, and half a base chunk.
+        let base = 0x7f00_0000_0000;
         let start = base + M2 - (1 << 20);
         let end = base + 2 * M2 + (1 << 20);
         let (v, probes) = resolve(&[(start, end)], &[base + M2]);
