@@ -345,7 +345,7 @@ fn bench_cmd(
         &scenarios,
         &series,
         &modes_v,
-        &format!("cargo {command}"),
+        &format!("cargo xtask {command}"),
     )?;
     std::fs::write(out_dir.join("guest-output.txt"), &res.output)?;
     eprintln!("xtask: report in {}", out_dir.join("report.md").display());

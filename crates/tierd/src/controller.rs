@@ -271,7 +271,6 @@ impl Controller {
             match DamosMover::new(
                 claim.indices[1],
                 HeatMonitor::attrs(h),
-                h.hot_min_accesses,
                 &d.sysfs_root,
                 &fast,
                 &lower,

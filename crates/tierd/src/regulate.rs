@@ -219,7 +219,6 @@ pub struct DamosOrder {
 pub struct DamosMover {
     idx: usize,
     attrs: Attrs,
-    hot_min: u32,
     fast_dest: u32,
     lower_dest: u32,
     /// Physical address span of the lower tier and of the fast tier.
@@ -238,7 +237,6 @@ impl DamosMover {
     pub fn new(
         idx: usize,
         attrs: Attrs,
-        hot_min: u32,
         sysfs_root: &Path,
         fast: &[u32],
         lower: &[u32],
@@ -264,7 +262,6 @@ impl DamosMover {
         Ok(DamosMover {
             idx,
             attrs,
-            hot_min,
             fast_dest,
             lower_dest,
             lower_span: span(&l),
@@ -280,9 +277,12 @@ impl DamosMover {
         let (action, pattern, nid, span, quota) = match dir {
             Direction::Promote => (
                 Action::MigrateHot,
+                // As the move_pages mover: warm regions (seen accessed at
+                // all) qualify; DAMOS applies the quota to the hottest first
+                // (the nr_accesses weight), so hot pages still go first.
                 AccessPattern {
                     nr_accesses: Range {
-                        min: u64::from(self.hot_min),
+                        min: 1,
                         max: u64::from(u32::MAX),
                     },
                     ..AccessPattern::default()
