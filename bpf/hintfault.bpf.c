@@ -41,9 +41,38 @@ struct {
 struct inflight {
 	__u64 memcg_id;
 	__u64 start_ns;
+	__u64 addr;
 	__u32 src_nid;
 	__u32 nr_pages;
 };
+
+/* The last candidate's faulting address, by pid_tgid: numa_migrate_check
+ * knows the address, migrate_misplaced_folio (called next by the same
+ * thread, in do_numa_page / do_huge_pmd_numa_page) does not. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} fault_addr SEC(".maps");
+
+/* Successful migrations, for exact ping-pong matching in tierd. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} promotions SEC(".maps");
+
+/* Never written: puts struct hf_promotion into the object's BTF, so the
+ * skeleton generates its Rust type (ring buffer records have no map type). */
+struct hf_promotion hf_promotion_layout;
+
+/* Events the ring buffer had no room for (index 0). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} promotion_drops SEC(".maps");
 
 /* migrate_misplaced_folio in progress, by pid_tgid (it may sleep). */
 struct {
@@ -116,8 +145,12 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 	if (!c)
 		return 0;
 	c->hint_faults++;
-	if (ret >= 0)
+	if (ret >= 0) {
+		__u64 id = bpf_get_current_pid_tgid();
+
 		c->candidates++;
+		bpf_map_update_elem(&fault_addr, &id, &addr, BPF_ANY);
+	}
 	return 0;
 }
 
@@ -138,13 +171,17 @@ SEC("fentry/migrate_misplaced_folio")
 int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, int node)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	__u64 *a = bpf_map_lookup_elem(&fault_addr, &id);
 	struct inflight f = {
 		.memcg_id = folio_memcg_id(folio),
 		.start_ns = bpf_ktime_get_ns(),
+		.addr = a ? *a : 0,
 		.src_nid = folio_nid(folio),
 		.nr_pages = folio_pages(folio),
 	};
 
+	if (a)
+		bpf_map_delete_elem(&fault_addr, &id);
 	bpf_map_update_elem(&inflight, &id, &f, BPF_ANY);
 	return 0;
 }
@@ -162,6 +199,24 @@ int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, i
 		return 0;
 	__u64 ns = bpf_ktime_get_ns() - f->start_ns;
 	c = slot(f->memcg_id, f->src_nid, (__u32)node);
+	if (ret == 0 && f->addr) {
+		struct hf_promotion *e = bpf_ringbuf_reserve(&promotions, sizeof(*e), 0);
+
+		if (e) {
+			e->memcg_id = f->memcg_id;
+			e->addr = f->addr;
+			e->tgid = id >> 32;
+			e->nr_pages = f->nr_pages;
+			e->src_nid = f->src_nid;
+			e->dst_nid = (__u32)node;
+			bpf_ringbuf_submit(e, 0);
+		} else {
+			__u64 *d = bpf_map_lookup_elem(&promotion_drops, &zero);
+
+			if (d)
+				(*d)++;
+		}
+	}
 	if (c) {
 		if (ret == 0) {
 			c->migrated++;

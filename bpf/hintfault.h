@@ -50,4 +50,18 @@ struct hf_hist {
 	__u64 buckets[HF_LAT_BUCKETS];
 };
 
+/* One successful NUMA-balancing migration, sent through the `promotions`
+ * ring buffer so that tierd can match it, by (process, virtual address),
+ * against the pages it demoted itself (exact ping-pong). */
+struct hf_promotion {
+	__u64 memcg_id;
+	/* Faulting process (tgid) and the faulting virtual address (from
+	 * numa_migrate_check's `addr`, 0 when unknown). */
+	__u64 addr;
+	__u32 tgid;
+	__u32 nr_pages;
+	__u32 src_nid;
+	__u32 dst_nid;
+};
+
 #endif

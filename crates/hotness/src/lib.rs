@@ -11,4 +11,6 @@ pub use damon::{
     Range, Scheme, SchemeStats, TriedRegion, DEFAULT_ROOT, DEFAULT_STATE_FILE,
 };
 pub use heat::{ContainerHeat, HeatParams, Histogram, NodeHeat};
-pub use probe::{HintCounts, HintFaultProbe, HintKey, ProbeError, ProbeOptions, ProbeReading};
+pub use probe::{
+    HintCounts, HintFaultProbe, HintKey, ProbeError, ProbeOptions, ProbeReading, PromotionEvent,
+};

@@ -289,8 +289,51 @@ fn btf_has_function(btf: &libbpf_rs::btf::Btf<'_>, name: &str) -> bool {
         .is_some()
 }
 
+/// One successful NUMA-balancing migration (`struct hf_promotion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromotionEvent {
+    pub memcg_id: u64,
+    /// Faulting process (tgid) and virtual address (page-aligned by the
+    /// caller when matching).
+    pub pid: u32,
+    pub addr: u64,
+    /// Base pages migrated (512 for a THP).
+    pub nr_pages: u32,
+    pub src_nid: u32,
+    pub dst_nid: u32,
+}
+
+/// Decodes a `struct hf_promotion` ring-buffer record.
+pub fn decode_promotion(b: &[u8]) -> Result<PromotionEvent, ProbeError> {
+    let e: types::hf_promotion = read_record("promotions", b)?;
+    Ok(PromotionEvent {
+        memcg_id: e.memcg_id,
+        pid: e.tgid,
+        addr: e.addr,
+        nr_pages: e.nr_pages,
+        src_nid: e.src_nid,
+        dst_nid: e.dst_nid,
+    })
+}
+
+/// Most promotion events kept between two drains (about 32 MiB): beyond
+/// it they are counted as dropped.
+const MAX_PENDING_EVENTS: usize = 1 << 20;
+
+#[derive(Default)]
+struct Pending {
+    events: Vec<PromotionEvent>,
+    dropped: u64,
+    /// The kernel-side drop counter at the last drain.
+    kernel_drops_seen: u64,
+}
+
 /// The loaded and attached probe. Dropping it detaches every program.
 pub struct HintFaultProbe {
+    // Declared before `skel`: the ring buffer maps the `promotions` map and
+    // must be dropped first.
+    ring: libbpf_rs::RingBuffer<'static>,
+    pending: std::sync::Arc<std::sync::Mutex<Pending>>,
     skel: skel::HintfaultSkel<'static>,
     attached: Vec<&'static str>,
     nr_cpus: usize,
@@ -358,7 +401,22 @@ impl HintFaultProbe {
         let mut skel = open.load().map_err(|e| libbpf_err("load", e))?;
         skel.attach().map_err(|e| libbpf_err("attach", e))?;
         let nr_cpus = libbpf_rs::num_possible_cpus().map_err(|e| libbpf_err("cpu count", e))?;
+        let pending = std::sync::Arc::new(std::sync::Mutex::new(Pending::default()));
+        let sink = pending.clone();
+        let mut rb = libbpf_rs::RingBufferBuilder::new();
+        rb.add(&skel.maps.promotions, move |data: &[u8]| {
+            let mut p = sink.lock().unwrap_or_else(|e| e.into_inner());
+            match decode_promotion(data) {
+                Ok(e) if p.events.len() < MAX_PENDING_EVENTS => p.events.push(e),
+                _ => p.dropped += 1,
+            }
+            0
+        })
+        .map_err(|e| libbpf_err("ring buffer", e))?;
+        let ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
         Ok(HintFaultProbe {
+            ring,
+            pending,
             skel,
             attached,
             nr_cpus,
@@ -401,6 +459,31 @@ impl HintFaultProbe {
                 )
             })
             .collect()
+    }
+
+    /// Takes the successful migrations recorded since the last call, and how
+    /// many were lost (ring buffer full, or too many pending).
+    pub fn drain_promotions(&self) -> (Vec<PromotionEvent>, u64) {
+        let _ = self.ring.consume();
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let zero = 0u32.to_ne_bytes();
+        let kernel_drops: u64 = self
+            .skel
+            .maps
+            .promotion_drops
+            .lookup_percpu(&zero, MapFlags::ANY)
+            .ok()
+            .flatten()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|b| b.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+                    .sum()
+            })
+            .unwrap_or(0);
+        let dropped =
+            std::mem::take(&mut p.dropped) + kernel_drops.saturating_sub(p.kernel_drops_seen);
+        p.kernel_drops_seen = p.kernel_drops_seen.max(kernel_drops);
+        (std::mem::take(&mut p.events), dropped)
     }
 
     /// Reads every map. Entries deleted concurrently are skipped.
@@ -557,6 +640,27 @@ mod tests {
         assert_eq!(r.memcg_total(6), c(7, 2));
         assert_eq!(r.memcg_total(99), HintCounts::default());
         assert_eq!(c(7, 2).since(&c(3, 5)), c(4, 0));
+    }
+
+    #[test]
+    fn promotion_record_decodes() {
+        let mut b = 77u64.to_ne_bytes().to_vec();
+        b.extend_from_slice(&0x7f00_1234_5000u64.to_ne_bytes());
+        for x in [4242u32, 512, 1, 0] {
+            b.extend_from_slice(&x.to_ne_bytes());
+        }
+        assert_eq!(
+            decode_promotion(&b).unwrap(),
+            PromotionEvent {
+                memcg_id: 77,
+                pid: 4242,
+                addr: 0x7f00_1234_5000,
+                nr_pages: 512,
+                src_nid: 1,
+                dst_nid: 0
+            }
+        );
+        assert!(decode_promotion(&b[..30]).is_err());
     }
 
     #[test]

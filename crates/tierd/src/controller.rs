@@ -569,6 +569,24 @@ impl Controller {
         let lower = self.topo.lower_nodes();
         for m in managed {
             let Some(f) = deltas.get(&m.id) else { continue };
+            // Kernel promotions of pages tierd itself demoted within the
+            // thrash window: exact ping-pong, input to thrash control.
+            if let Some(pm) = &self.hot.pages {
+                let back: u64 = f
+                    .promotions
+                    .iter()
+                    .map(|&(pid, addr, len)| pm.returned(m.id, pid, addr, len))
+                    .sum();
+                if back > 0 {
+                    self.own_moved.entry(m.id).or_default().pingpong_bytes += back;
+                    self.metrics
+                        .container_repromoted_bytes
+                        .get_or_create(&ContainerLabels {
+                            container: m.path.clone(),
+                        })
+                        .inc_by(back);
+                }
+            }
             for (node, n) in &f.faults_by_node {
                 self.metrics
                     .container_numa_hint_faults

@@ -28,7 +28,13 @@ pub struct ContainerFaults {
     pub dropped: BTreeMap<u32, u64>,
     pub migrated: BTreeMap<u32, u64>,
     pub failed: BTreeMap<u32, u64>,
+    /// Probe only: each successful migration as (pid, page-aligned virtual
+    /// address, bytes), for exact ping-pong matching.
+    pub promotions: Vec<(u32, u64, u64)>,
 }
+
+/// Base page size for the probe's page counts.
+const PAGE_BYTES: u64 = 4096;
 
 /// The active source and its previous reading.
 pub struct HintFaults {
@@ -148,6 +154,22 @@ impl HintFaults {
             }
         }
         let keep = |id: u64| id == 0 || alive.contains(&id);
+        let (events, dropped) = probe.drain_promotions();
+        if dropped > 0 {
+            tracing::debug!(dropped, "promotion events lost (ring buffer full)");
+        }
+        for e in events {
+            let Some(container) = owner.get(&e.memcg_id) else {
+                continue;
+            };
+            let bytes = u64::from(e.nr_pages) * PAGE_BYTES;
+            // A THP's fault address is anywhere in it: align to the folio.
+            let addr = e.addr & !(bytes.next_power_of_two() - 1);
+            out.entry(*container)
+                .or_default()
+                .promotions
+                .push((e.pid, addr, bytes));
+        }
         let pruned = probe.prune(&now, keep);
         if pruned > 0 {
             tracing::debug!(

@@ -197,6 +197,24 @@ impl PagesMover {
         out
     }
 
+    /// Bytes of a kernel promotion (process `pid`, `len` bytes at virtual
+    /// address `addr`) that this mover demoted for `container` within the
+    /// thrash window: exact ping-pong between tierd's demotion and NUMA
+    /// balancing's promotion (the eBPF probe reports the latter).
+    pub fn returned(&self, container: u64, pid: u32, addr: u64, len: u64) -> u64 {
+        let Some(records) = self.demoted.get(&container) else {
+            return 0;
+        };
+        let now = Instant::now();
+        let end = addr.saturating_add(len);
+        records
+            .iter()
+            .filter(|d| d.pid == pid && now.duration_since(d.at) < self.window)
+            .map(|d| d.end.min(end).saturating_sub(d.start.max(addr)))
+            .sum::<u64>()
+            .min(len)
+    }
+
     /// Drops the records of containers no longer managed.
     pub fn retain(&mut self, alive: impl Fn(u64) -> bool) {
         self.demoted.retain(|&c, _| alive(c));
@@ -476,5 +494,34 @@ mod tests {
             .iter()
             .all(|a| r1.iter().all(|b| a.1 <= b.0 || b.1 <= a.0)));
         assert!(r1[0].0 >= r0[0].1);
+    }
+
+    #[test]
+    fn kernel_promotions_of_pages_tierd_demoted_count_exactly() {
+        let mut pm = PagesMover::new(64, Duration::from_secs(30));
+        let now = Instant::now();
+        pm.demoted.entry(7).or_default().extend([
+            Demoted {
+                at: now,
+                pid: 100,
+                start: 0x10000,
+                end: 0x20000,
+            },
+            Demoted {
+                at: now - Duration::from_secs(60),
+                pid: 100,
+                start: 0x40000,
+                end: 0x50000,
+            },
+        ]);
+        // Inside the range: all of it; straddling: the overlap; another
+        // process, another container, or a record older than the window: 0.
+        assert_eq!(pm.returned(7, 100, 0x11000, 0x1000), 0x1000);
+        assert_eq!(pm.returned(7, 100, 0x1f000, 0x2000), 0x1000);
+        assert_eq!(pm.returned(7, 101, 0x11000, 0x1000), 0);
+        assert_eq!(pm.returned(8, 100, 0x11000, 0x1000), 0);
+        assert_eq!(pm.returned(7, 100, 0x41000, 0x1000), 0);
+        // A THP promoted whole over a demoted 64 KiB range.
+        assert_eq!(pm.returned(7, 100, 0, 0x20_0000), 0x10000);
     }
 }
