@@ -65,6 +65,12 @@ pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
                 .collect()
         })
     });
+    if !v.contains_key("tierd_config") {
+        bail!(
+            "{}: no top-level tierd_config (keys after a [sweep] table belong to it: put [sweep] last)",
+            path.display()
+        );
+    }
     let base_name = v
         .get("name")
         .and_then(|n| n.as_str())
