@@ -756,7 +756,15 @@ impl Controller {
                     continue;
                 };
                 if promote && p.promote_bytes > 0 {
-                    let mv = pm.promote(m.id, &r.procs, &lower, fast_dest, p.promote_bytes);
+                    // Recently idle regions count as worth promoting only once DAMON
+                    // has watched long enough to tell them from cold ones.
+                    let idle_ok = if r.monitored_for >= d.cold_min_age {
+                        base_age
+                    } else {
+                        0
+                    };
+                    let mv =
+                        pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
                     results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {

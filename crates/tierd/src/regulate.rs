@@ -18,7 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotness::damon::{
-    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range, Scheme,
+    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
+    Scheme, TriedRegion,
 };
 
 use crate::heatmon::{cold_ranges, hot_ranges, ProcRegions};
@@ -98,21 +99,32 @@ impl PagesMover {
     }
 
     /// Moves up to `budget` bytes of `container`'s most accessed regions
-    /// (hottest first, then warm: any region DAMON saw accessed) from
-    /// `lower` nodes to `dest`.
+    /// from `lower` nodes to `dest`: hottest first, then warm ones (any
+    /// access seen), then regions idle for less than `cold_age` aggregation
+    /// intervals, most recently accessed first.
     pub fn promote(
         &mut self,
         container: u64,
         procs: &[ProcRegions],
+        cold_age: u32,
         lower: &[u32],
         dest: u32,
         budget: u64,
     ) -> Moved {
-        // Hottest first; below the hot threshold, regions DAMON saw accessed
-        // at all (warm) come next: the policy granted this DRAM, and a hot
-        // set that DAMON has not resolved yet (a newcomer's regions are
-        // still being split) is in them. Never-accessed regions stay put.
-        let ranges = hot_ranges(procs, 1);
+        // The policy granted this DRAM. A hot set DAMON has not resolved yet
+        // (a newcomer's regions are still being split) is in the warm
+        // regions, and a cache's long tail (every page has some access
+        // probability) in the recently idle ones; regions idle for at least
+        // cold_age — what cold-first demotion would take — stay put, so
+        // promotion and demotion never disagree about a region.
+        let mut ranges = hot_ranges(procs, 1);
+        let mut recent: Vec<(u32, TriedRegion)> = procs
+            .iter()
+            .flat_map(|p| p.regions.iter().map(move |r| (p.pid, *r)))
+            .filter(|(_, r)| r.nr_accesses == 0 && r.age < cold_age)
+            .collect();
+        recent.sort_by(|a, b| a.1.age.cmp(&b.1.age).then(a.1.start.cmp(&b.1.start)));
+        ranges.extend(recent);
         let now = Instant::now();
         let window = self.window;
         let records = self.demoted.entry(container).or_default();
