@@ -90,6 +90,10 @@ kill $PA $PB
                 .all(|k| k.starts_with("1->")),
             "{l}"
         );
+        eprintln!(
+            "{}: hint faults probe {probe} / memory.stat {stat}; promoted pages probe {promoted} / pgpromote_success {pgpromote}",
+            l["cgroup"]
+        );
         faults.push(stat);
     }
     assert!(
