@@ -45,14 +45,12 @@ enum Cmd {
     Bench {
         #[command(flatten)]
         vm: VmArgs,
-        /// Scenario files (default: every file in benches/scenarios/).
-        #[arg(long = "scenario", value_name = "FILE")]
-        scenarios: Vec<PathBuf>,
-        /// Override each scenario's duration per mode, seconds.
-        #[arg(long)]
-        duration_s: Option<u64>,
-        /// tierscen modes, comma-separated.
-        #[arg(long, default_value = "kernel,tierd-pages,tierd-damos")]
+        /// Scenario files (default: every file in benches/scenarios/) and
+        /// a duration override.
+        #[command(flatten)]
+        run: RunArgs,
+        /// tierscen modes, comma-separated (a scenario's own `modes` wins).
+        #[arg(long, default_value = "kernel,tierd,tierd-pages")]
         modes: String,
         /// Output directory (default: <target>/tierd-bench).
         #[arg(long)]
@@ -63,17 +61,27 @@ enum Cmd {
     Demo {
         #[command(flatten)]
         vm: VmArgs,
-        /// Scenario files (default: identical-cache, cold-hog, noisy-neighbour).
-        #[arg(long = "scenario", value_name = "FILE")]
-        scenarios: Vec<PathBuf>,
-        /// Override each scenario's duration per mode, seconds.
-        #[arg(long)]
-        duration_s: Option<u64>,
+        /// Scenario files (default: identical-cache, cold-hog,
+        /// noisy-neighbour) and a duration override.
+        #[command(flatten)]
+        run: RunArgs,
         /// tierscen modes, comma-separated (kernel, tierd, tierd-pages,
         /// tierd-damos); default: kernel,tierd.
         #[arg(long)]
         modes: Option<String>,
     },
+}
+
+/// Which scenarios to run, and for how long.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Scenario files, repeatable (default: `bench` runs every file in
+    /// benches/scenarios/, `demo` identical-cache, cold-hog, noisy-neighbour).
+    #[arg(long = "scenario", value_name = "FILE")]
+    scenarios: Vec<PathBuf>,
+    /// Override each scenario's duration per mode, seconds.
+    #[arg(long)]
+    duration_s: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -180,19 +188,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             fixtures::capture(&assets, vm.config())?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Demo {
-            vm,
-            scenarios,
-            duration_s,
-            modes,
-        } => demo(vm, scenarios, duration_s, modes),
+        Cmd::Demo { vm, run, modes } => demo(vm, run.scenarios, run.duration_s, modes),
         Cmd::Bench {
             vm,
-            scenarios,
-            duration_s,
+            run,
             modes,
             out,
-        } => bench_cmd(vm, scenarios, duration_s, modes, out),
+        } => bench_cmd(vm, run.scenarios, run.duration_s, modes, out),
         Cmd::Test => {
             setup()?;
             cargo(&["fmt", "--all", "--check"])?;
