@@ -52,8 +52,67 @@ pub struct ContainerInfo {
     pub local_low_mib: Option<u64>,
 }
 
-/// Reads a scenario file; a `[sweep]` gives one scenario per value.
-pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
+/// DRAM of the guest the scenario files are sized for (node 0, MiB).
+pub const REFERENCE_DRAM_MIB: u64 = 1024;
+
+/// Workload arguments that are sizes in MiB (tierload) or counts of values
+/// (redisload), scaled with the guest.
+const SIZE_FLAGS: [&str; 4] = ["--size-mib", "--hot-mib", "--hot-offset-mib", "--keys"];
+
+/// Scales every size in a scenario's TOML by `scale` (guest DRAM over
+/// [`REFERENCE_DRAM_MIB`]): the values after [`SIZE_FLAGS`] in `args`,
+/// `local_low_mib`, and `MiB` amounts in the tierd config (`"350MiB"`).
+/// Sizes are written for the default 1 GiB + 1 GiB guest; a bigger guest gets
+/// proportionally bigger containers, so the same pressure.
+fn scale_sizes(t: &mut toml::Table, scale: f64) {
+    if (scale - 1.0).abs() < 1e-9 {
+        return;
+    }
+    let sc = |v: i64| ((v as f64) * scale).round().max(1.0) as i64;
+    if let Some(cs) = t.get_mut("container").and_then(|c| c.as_array_mut()) {
+        for c in cs.iter_mut().filter_map(|c| c.as_table_mut()) {
+            if let Some(args) = c.get_mut("args").and_then(|a| a.as_array_mut()) {
+                for i in 1..args.len() {
+                    let flag = args[i - 1].as_str().unwrap_or_default();
+                    if SIZE_FLAGS.contains(&flag) {
+                        if let Some(n) = args[i].as_str().and_then(|x| x.parse::<i64>().ok()) {
+                            args[i] = sc(n).to_string().into();
+                        }
+                    }
+                }
+            }
+            if let Some(low) = c.get("local_low_mib").and_then(|x| x.as_integer()) {
+                c.insert("local_low_mib".into(), sc(low).into());
+            }
+        }
+    }
+    if let Some(cfg) = t.get("tierd_config").and_then(|x| x.as_str()) {
+        let mut out = String::new();
+        let mut rest = cfg;
+        while let Some(i) = rest.find("MiB\"") {
+            let head = &rest[..i];
+            let start = head
+                .rfind(|ch: char| !ch.is_ascii_digit())
+                .map_or(0, |j| j + 1);
+            match head[start..].parse::<i64>() {
+                Ok(n) => {
+                    out.push_str(&head[..start]);
+                    out.push_str(&sc(n).to_string());
+                }
+                Err(_) => out.push_str(head),
+            }
+            out.push_str("MiB\"");
+            rest = &rest[i + 4..];
+        }
+        out.push_str(rest);
+        t.insert("tierd_config".into(), out.into());
+    }
+}
+
+/// Reads a scenario file; a `[sweep]` gives one scenario per value. Sizes
+/// are scaled to a guest with `dram_mib` of DRAM (see [`scale_sizes`]).
+pub fn load(path: &Path, dram_mib: u64) -> Result<Vec<ScenarioFile>> {
+    let scale = dram_mib as f64 / REFERENCE_DRAM_MIB as f64;
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     let mut v: toml::Table =
         toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
@@ -103,7 +162,8 @@ pub fn load(path: &Path) -> Result<Vec<ScenarioFile>> {
     };
     variants
         .into_iter()
-        .map(|(sweep, t)| {
+        .map(|(sweep, mut t)| {
+            scale_sizes(&mut t, scale);
             let name = t["name"].as_str().unwrap_or_default().to_owned();
             let ints = |k: &str| -> Vec<u64> {
                 t.get(k)
@@ -648,12 +708,58 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
 "#,
         )
         .unwrap();
-        let v = load(&p).unwrap();
+        let v = load(&p, REFERENCE_DRAM_MIB).unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].name, "knee-hot100");
         assert_eq!(v[1].containers[0].args[4], "300");
         assert!(!v[1].text.contains("sweep"));
         assert_eq!(v[1].sweep, Some(("hot".into(), 300)));
+    }
+
+    #[test]
+    fn sizes_scale_with_the_guest() {
+        let mut t: toml::Table = toml::from_str(
+            r#"
+tierd_config = """
+[[policy]]
+local_low = "350MiB"
+headroom = "64MiB"
+weight = 100
+"""
+[[container]]
+name = "a"
+local_low_mib = 350
+args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
+"#,
+        )
+        .unwrap();
+        scale_sizes(&mut t, 2.0);
+        let c = &t["container"].as_array().unwrap()[0];
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "hotset",
+                "--size-mib",
+                "1600",
+                "--hot-mib",
+                "100",
+                "--report-s",
+                "5"
+            ]
+        );
+        assert_eq!(c["local_low_mib"].as_integer(), Some(700));
+        let cfg = t["tierd_config"].as_str().unwrap();
+        assert!(
+            cfg.contains("\"700MiB\"") && cfg.contains("\"128MiB\""),
+            "{cfg}"
+        );
+        assert!(cfg.contains("weight = 100"), "{cfg}");
     }
 
     #[test]
@@ -731,7 +837,7 @@ args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
 "#,
         )
         .unwrap();
-        let scenarios = load(&p).unwrap();
+        let scenarios = load(&p, REFERENCE_DRAM_MIB).unwrap();
         let staged_path = d.path().join("staged.toml");
         std::fs::write(&staged_path, &scenarios[0].text).unwrap();
         let staged = vec![(scenarios[0].clone(), "/scenarios/smoke.toml".to_string())];

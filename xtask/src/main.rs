@@ -241,7 +241,7 @@ fn demo(
     std::fs::create_dir_all(&stage)?;
     let mut expanded = Vec::new();
     for f in &scenarios {
-        expanded.extend(bench::load(f)?);
+        expanded.extend(bench::load(f, vm.dram_mib)?);
     }
     let mut script = String::from("set -e\n");
     let mut total_s = 60;
@@ -311,7 +311,7 @@ fn bench_cmd(
     };
     let mut scenarios = Vec::new();
     for f in &files {
-        scenarios.extend(bench::load(f)?);
+        scenarios.extend(bench::load(f, vm.dram_mib)?);
     }
     let mut cfg = vm.config();
     cfg.binaries = built_binaries();
