@@ -315,13 +315,7 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
             }
             match c.local_low_mib {
                 Some(low) => {
-                    let mut below = 0.0;
-                    for w in mine.windows(2) {
-                        let fast = f(w[0], "fast_bytes").unwrap_or(0.0) / MIB;
-                        let dt = f(w[1], "t_s").unwrap_or(0.0) - f(w[0], "t_s").unwrap_or(0.0);
-                        below += (low as f64 - fast).max(0.0) * dt;
-                    }
-                    let _ = write!(t, " {below:.0} |");
+                    let _ = write!(t, " {:.0} |", below_local_low(&mine, low));
                 }
                 None => t.push_str(" – |"),
             }
@@ -397,6 +391,28 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
         );
     }
     t
+}
+
+/// MiB × s a container's fast-tier bytes spent below its `local_low`, from
+/// the first sample at which its usage had grown to the guarantee (its
+/// allocation ramp is not a violation); a container that never uses that
+/// much is measured against its largest usage. Each sample stands for the
+/// interval up to the next.
+pub fn below_local_low(mine: &[&Value], low_mib: u64) -> f64 {
+    let usage =
+        |v: &Value| (f(v, "fast_bytes").unwrap_or(0.0) + f(v, "lower_bytes").unwrap_or(0.0)) / MIB;
+    let max_usage = mine.iter().map(|v| usage(v)).fold(0.0, f64::max);
+    let low = (low_mib as f64).min(max_usage);
+    let Some(start) = mine.iter().position(|v| usage(v) >= low) else {
+        return 0.0;
+    };
+    let mut below = 0.0;
+    for w in mine[start..].windows(2) {
+        let fast = f(w[0], "fast_bytes").unwrap_or(0.0) / MIB;
+        let dt = f(w[1], "t_s").unwrap_or(0.0) - f(w[0], "t_s").unwrap_or(0.0);
+        below += (low - fast).max(0.0) * dt;
+    }
+    below
 }
 
 /// Max − min of the final local fraction (percentage points) over containers
@@ -714,6 +730,24 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
         assert_eq!(v[1].containers[0].args[4], "300");
         assert!(!v[1].text.contains("sweep"));
         assert_eq!(v[1].sweep, Some(("hot".into(), 300)));
+    }
+
+    #[test]
+    fn below_local_low_starts_once_the_guarantee_is_used() {
+        let mk = |t: f64, fast: f64, lower: f64| serde_json::json!({"t_s": t, "fast_bytes": fast * MIB, "lower_bytes": lower * MIB});
+        // Ramp (0, 100 MiB), then at 400 MiB usage: 350 on DRAM, then 300,
+        // then 360: only the 50 MiB × 5 s dip counts.
+        let v = [
+            mk(0.0, 0.0, 0.0),
+            mk(5.0, 100.0, 0.0),
+            mk(10.0, 350.0, 50.0),
+            mk(15.0, 300.0, 100.0),
+            mk(20.0, 360.0, 40.0),
+        ];
+        let r: Vec<&Value> = v.iter().collect();
+        assert_eq!(below_local_low(&r, 350), 250.0);
+        // A container smaller than its local_low is held to its size.
+        assert_eq!(below_local_low(&r, 1000), 100.0 * 5.0 + 50.0 * 5.0 + 0.0);
     }
 
     #[test]

@@ -764,15 +764,24 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
             let Some(low) = c.local_low_mib else { continue };
             // Trapezoid-free: each sample stands for the interval up to the next.
             let pts: Vec<&Sample> = r.samples.iter().filter(|s| s.container == c.name).collect();
+            // From the first sample at which the container had grown to its
+            // guarantee (held to its largest usage if it never does): the
+            // allocation ramp is not a violation.
+            let usage = |s: &Sample| mib(s.fast_bytes + s.lower_bytes);
+            let low = (low as f64).min(pts.iter().map(|s| usage(s)).fold(0.0, f64::max));
+            let start = pts
+                .iter()
+                .position(|s| usage(s) >= low)
+                .unwrap_or(pts.len());
             let mut below = 0.0;
             let mut worst = 0.0f64;
-            for w in pts.windows(2) {
-                let gap = (low as f64 - mib(w[0].fast_bytes)).max(0.0);
+            for w in pts[start..].windows(2) {
+                let gap = (low - mib(w[0].fast_bytes)).max(0.0);
                 below += gap * (w[1].t_s - w[0].t_s);
                 worst = worst.max(gap);
             }
             println!(
-                "{:<8} {}: {:.0} MiB x s below its local_low of {} MiB (worst {:.0} MiB below)",
+                "{:<8} {}: {:.0} MiB x s below its local_low of {:.0} MiB (worst {:.0} MiB below)",
                 r.mode.label(),
                 c.name,
                 below,
