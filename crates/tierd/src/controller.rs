@@ -56,6 +56,7 @@ struct MemcgCounters {
     demote_direct: u64,
     demote_khugepaged: u64,
     promote_success: u64,
+    numa_hint_faults: u64,
 }
 
 /// A cgroup file tierd overwrote, with what it held before.
@@ -137,7 +138,8 @@ pub struct Controller {
     moved_total: HashMap<u64, BTreeMap<String, u64>>,
     /// Per-container hint faults (eBPF probe or memory.stat).
     faults: HintFaults,
-    /// memory.stat `numa_hint_faults` per container this cycle.
+    /// memory.stat `numa_hint_faults` delta per container this cycle (none
+    /// the first cycle a container is seen).
     stat_hint_faults: HashMap<u64, u64>,
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
@@ -488,14 +490,18 @@ impl Controller {
                 return Migrations::default();
             }
         };
-        self.stat_hint_faults.insert(m.id, stat.numa_hint_faults());
         let now = MemcgCounters {
             demote_kswapd: stat.pgdemote_kswapd(),
             demote_direct: stat.pgdemote_direct(),
             demote_khugepaged: stat.pgdemote_khugepaged(),
             promote_success: stat.pgpromote_success(),
+            numa_hint_faults: stat.numa_hint_faults(),
         };
         if let Some(prev) = self.counters.insert(m.id, now) {
+            self.stat_hint_faults.insert(
+                m.id,
+                now.numa_hint_faults.saturating_sub(prev.numa_hint_faults),
+            );
             let label = |reason| ContainerReasonLabels {
                 container: m.path.clone(),
                 reason,
@@ -507,26 +513,22 @@ impl Controller {
                 .inc_by(now.demote_direct.saturating_sub(prev.demote_direct) * PAGE_BYTES);
             d.get_or_create(&label("khugepaged"))
                 .inc_by(now.demote_khugepaged.saturating_sub(prev.demote_khugepaged) * PAGE_BYTES);
+            let promoted = now.promote_success.saturating_sub(prev.promote_success) * PAGE_BYTES;
             self.metrics
                 .container_promoted_bytes
                 .get_or_create(&ContainerLabels {
                     container: m.path.clone(),
                 })
-                .inc_by(now.promote_success.saturating_sub(prev.promote_success) * PAGE_BYTES);
-            let down = now.demote_kswapd.saturating_sub(prev.demote_kswapd)
-                + now.demote_direct.saturating_sub(prev.demote_direct)
-                + now.demote_khugepaged.saturating_sub(prev.demote_khugepaged);
+                .inc_by(promoted);
             // Thrash input: what went *up* (kernel promotions here, tierd's
             // own added by the caller) against what *tierd* sent down (its
             // moves and memory.reclaim requests, added by the caller).
             // kswapd's demotions are not counted: a newcomer whose pages
             // kswapd demoted as it allocated, and which tierd then promotes
             // to its share, is not thrashing.
-            let _ = down;
             return Migrations {
                 demoted_bytes: 0,
-                promoted_bytes: now.promote_success.saturating_sub(prev.promote_success)
-                    * PAGE_BYTES,
+                promoted_bytes: promoted,
                 pingpong_bytes: 0,
             };
         }
@@ -554,12 +556,12 @@ impl Controller {
     /// Reads this cycle's hint faults and kernel migrations per container
     /// and exports them (counters by node and outcome; lower-tier fault rate).
     fn sample_hint_faults(&mut self, managed: &[Managed], elapsed_ms: u64) {
-        let input: Vec<(u64, Vec<u64>, Option<u64>)> = managed
+        let input: Vec<(u64, &[u64], Option<u64>)> = managed
             .iter()
             .map(|m| {
                 (
                     m.id,
-                    m.member_ids.clone(),
+                    m.member_ids.as_slice(),
                     self.stat_hint_faults.get(&m.id).copied(),
                 )
             })

@@ -40,8 +40,6 @@ const PAGE_BYTES: u64 = 4096;
 pub struct HintFaults {
     probe: Option<HintFaultProbe>,
     prev: ProbeReading,
-    /// memory.stat `numa_hint_faults` per container id (fallback source).
-    prev_stat: HashMap<u64, u64>,
     /// Why the probe is not running, when it is not.
     pub off_reason: Option<String>,
 }
@@ -61,7 +59,6 @@ impl HintFaults {
         let mut h = HintFaults {
             probe: None,
             prev: ProbeReading::default(),
-            prev_stat: HashMap::new(),
             off_reason: None,
         };
         if cfg.hint_faults == HintFaultSource::MemoryStat {
@@ -100,29 +97,25 @@ impl HintFaults {
     }
 
     /// One cycle. `containers`: (container id, the memcg ids of its cgroup
-    /// and descendants, memory.stat `numa_hint_faults` of the container, which
-    /// is hierarchical). `alive`: every cgroup id that exists now (the probe's
-    /// entries of others are deleted). Returns the deltas since the previous
-    /// cycle per container id; a container seen for the first time reports
-    /// nothing (no baseline).
+    /// and descendants, the container's memory.stat `numa_hint_faults` delta
+    /// since the previous cycle — hierarchical, `None` without a baseline).
+    /// `alive`: every cgroup id that exists now (the probe's entries of
+    /// others are deleted). Returns the deltas since the previous cycle per
+    /// container id.
     pub fn sample(
         &mut self,
-        containers: &[(u64, Vec<u64>, Option<u64>)],
+        containers: &[(u64, &[u64], Option<u64>)],
         alive: &HashSet<u64>,
     ) -> HashMap<u64, ContainerFaults> {
         let mut out = HashMap::new();
         let Some(probe) = &self.probe else {
-            let mut next = HashMap::new();
-            for (id, _, stat) in containers {
-                let Some(now) = *stat else { continue };
-                if let Some(prev) = self.prev_stat.get(id) {
+            for (id, _, delta) in containers {
+                if let Some(d) = *delta {
                     let mut f = ContainerFaults::default();
-                    f.faults_by_node.insert(None, now.saturating_sub(*prev));
+                    f.faults_by_node.insert(None, d);
                     out.insert(*id, f);
                 }
-                next.insert(*id, now);
             }
-            self.prev_stat = next;
             return out;
         };
         let now = match probe.read() {
@@ -134,7 +127,7 @@ impl HintFaults {
         };
         let owner: HashMap<u64, u64> = containers
             .iter()
-            .flat_map(|(c, members, _)| members.iter().map(move |m| (*m, *c)))
+            .flat_map(|&(c, members, _)| members.iter().map(move |m| (*m, c)))
             .collect();
         for (id, ..) in containers {
             out.insert(*id, ContainerFaults::default());

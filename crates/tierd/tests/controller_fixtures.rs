@@ -165,3 +165,37 @@ fn nested_matches_are_one_container() {
         .collect();
     assert_eq!(names, ["test.slice/app"]);
 }
+
+/// Without kernel BTF under the fixture's sysfs the eBPF probe cannot load:
+/// tierd says so and counts hint faults from memory.stat deltas (node "all").
+#[test]
+fn hint_faults_fall_back_to_memory_stat_deltas() {
+    let (_dir, root) = host();
+    let (mut c, metrics, status) = controller(&root, "");
+    c.cycle().unwrap();
+    let st = status.lock().unwrap().hint_faults.clone();
+    assert!(
+        st.starts_with("memory_stat (") && st.contains("kernel/btf/vmlinux"),
+        "{st}"
+    );
+    let stat = root.join(APP).join("memory.stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    std::fs::write(
+        &stat,
+        text.replace("numa_hint_faults 1\n", "numa_hint_faults 43\n"),
+    )
+    .unwrap();
+    c.cycle().unwrap();
+    let m = metrics.encode();
+    assert!(
+        m.contains("tierd_hint_fault_source{source=\"memory_stat\"} 1"),
+        "{m}"
+    );
+    let line = m
+        .lines()
+        .find(|l| {
+            l.starts_with("tierd_container_numa_hint_faults_total{") && l.contains("node=\"all\"")
+        })
+        .unwrap_or_else(|| panic!("no hint-fault counter:\n{m}"));
+    assert!(line.ends_with(" 42"), "{line}");
+}

@@ -51,10 +51,7 @@ fn connect(args: &Args) -> redis::RedisResult<redis::Connection> {
     loop {
         match client.get_connection() {
             Ok(c) => return Ok(c),
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
             Err(e) => return Err(e),
         }
     }
