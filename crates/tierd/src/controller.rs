@@ -154,6 +154,9 @@ struct Hotness {
     monitor: Option<HeatMonitor>,
     pages: Option<PagesMover>,
     damos: Option<DamosMover>,
+    /// Since when each container's migrate_cold has been armed, short of
+    /// neither quota nor cold regions, and moved (next to) nothing.
+    damos_stalled: HashMap<u64, Instant>,
     /// Why heat is unknown (logged once), or None when DAMON runs.
     off_reason: Option<String>,
     /// Cycle at which to try claiming DAMON again after a failure.
@@ -809,21 +812,62 @@ impl Controller {
                     })
                 })
                 .collect();
+            // Whose migrate_cold had a real quota in the interval that just
+            // ended, and how much (read before apply() re-arms them).
+            let tried: HashMap<u64, u64> = orders
+                .iter()
+                .map(|o| (o.container, dm.armed_quota(o.container, Direction::Demote)))
+                .filter(|&(_, q)| q > 0)
+                .collect();
+            let young = dm.running_for() < d.cold_min_age;
+            let now = Instant::now();
+            let stall_grace = d.cold_min_age.max(3 * d.interval);
+            self.hot.damos_stalled.retain(|c, _| {
+                orders
+                    .iter()
+                    .any(|o| o.container == *c && o.demote_bytes > 0)
+            });
             match dm.apply(damon, &orders) {
                 // DAMOS moves during the coming interval; what it moved in the
                 // last one is reported now, and memory.reclaim only takes what
                 // DAMOS fell short by.
                 Ok(moved) => {
-                    for ((c, dir), bytes) in moved {
-                        if dir == Direction::Demote {
-                            // As for move_pages: while DAMOS makes progress,
-                            // memory.reclaim does not take the rest.
-                            let asked = plan.get(c).map_or(0, |p| p.demote_bytes);
-                            let progress = bytes >= MIN_RECLAIM_BYTES;
-                            done_down.insert(c, if progress { asked.max(bytes) } else { bytes });
-                        }
+                    for o in orders.iter().filter(|o| o.demote_bytes > 0) {
+                        // As for move_pages: while DAMOS has not had its try
+                        // (scheme still in its first charge window, or no
+                        // region old enough yet), makes progress, or used up
+                        // its quota (it was not short of cold regions),
+                        // memory.reclaim does not take the rest.
+                        let r = moved
+                            .get(&(o.container, Direction::Demote))
+                            .copied()
+                            .unwrap_or_default();
+                        let quota = tried.get(&o.container).copied();
+                        let wait = young || quota.is_none();
+                        let progress = r.applied >= MIN_RECLAIM_BYTES;
+                        let exhausted = quota.is_some_and(|q| r.tried >= q);
+                        // A region DAMOS tried (even one whose pages were
+                        // all filtered out) restarts its age at 0, so
+                        // migrate_cold moves in bursts a cold_min_age apart:
+                        // one empty interval is not a stall.
+                        let stalled = if wait || progress || exhausted {
+                            self.hot.damos_stalled.remove(&o.container);
+                            false
+                        } else {
+                            let since = *self.hot.damos_stalled.entry(o.container).or_insert(now);
+                            now.duration_since(since) >= stall_grace
+                        };
+                        let asked = plan.get(o.container).map_or(0, |p| p.demote_bytes);
+                        let done = if stalled {
+                            r.applied
+                        } else {
+                            asked.max(r.applied)
+                        };
+                        done_down.insert(o.container, done);
+                    }
+                    for ((c, dir), r) in moved {
                         let mv = Moved {
-                            bytes,
+                            bytes: r.applied,
                             ..Moved::default()
                         };
                         results.push((c, dir, "damos", mv));

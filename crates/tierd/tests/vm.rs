@@ -591,8 +591,18 @@ fn times(out: &str) -> Vec<f64> {
 /// cold rest stays on the lower tier.
 #[test]
 fn hot_set_on_cxl_is_promoted_within_budget() {
-    let g = boot(
-        r#"
+    promotes_hot_set_within_budget("move_pages");
+}
+
+/// As above with `mover = "damos"`: a DAMOS `migrate_hot` scheme per
+/// container (memcg filter, quota = the budget) does the promotion.
+#[test]
+fn damos_mover_promotes_hot_set_within_budget() {
+    promotes_hot_set_within_budget("damos");
+}
+
+fn promotes_hot_set_within_budget(mover: &str) {
+    let script = r#"
 . /tests/lib.sh
 echo 0 > /proc/sys/kernel/numa_balancing
 mkcg tenants.slice/a
@@ -607,6 +617,7 @@ cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
 promotion = "tierd"
+mover = "MOVER"
 numa_balancing = 0
 [limits]
 promote_rate = "4MiB"
@@ -621,10 +632,11 @@ wait_http 30 || exit 1
 for i in $(seq 45); do emit_time; emit_status; emit_node tenants.slice/a; emit_report a /tmp/a.log; sleep 1; done
 kill -TERM $TIERD; wait $TIERD
 echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
-"#,
-        600,
-    );
+"#
+    .replace("MOVER", mover);
+    let g = boot(&script, 600);
     assert_eq!(g.exit_code, 0, "{}", g.output);
+    let key = format!("promote/{mover}");
     let n = nodes(&g.output, "tenants.slice/a");
     assert!(
         n[0].0 <= 8 && n[0].1 >= 180,
@@ -642,7 +654,7 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         .iter()
         .map(|s| {
             container(s, "tenants.slice/a")
-                .and_then(|c| c.moved_bytes.get("promote/move_pages").copied())
+                .and_then(|c| c.moved_bytes.get(&key).copied())
                 .unwrap_or(0)
         })
         .collect();
@@ -686,8 +698,18 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// in DRAM.
 #[test]
 fn cold_container_above_target_loses_cold_pages_not_its_hot_set() {
-    let g = boot(
-        r#"
+    loses_cold_pages_not_hot_set("move_pages");
+}
+
+/// As above with `mover = "damos"` (DAMOS `migrate_cold`, memcg filter,
+/// quota = the demotion budget).
+#[test]
+fn damos_mover_demotes_cold_pages_not_the_hot_set() {
+    loses_cold_pages_not_hot_set("damos");
+}
+
+fn loses_cold_pages_not_hot_set(mover: &str) {
+    let script = r#"
 . /tests/lib.sh
 mkcg tenants.slice/a
 start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 320 --hot-mib 40 --hot-offset-mib 200 --report-s 1 > /dev/null
@@ -697,6 +719,7 @@ cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
 cold_min_age = "3s"
+mover = "MOVER"
 [[policy]]
 match = "tenants.slice/*"
 local_high = "40%"
@@ -707,9 +730,9 @@ wait_http 30 || exit 1
 for i in $(seq 40); do emit_status; emit_node tenants.slice/a; emit_report a /tmp/a.log; sleep 1; done
 kill -TERM $TIERD; wait $TIERD
 echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
-"#,
-        600,
-    );
+"#
+    .replace("MOVER", mover);
+    let g = boot(&script, 600);
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let st = statuses(&g.output);
     let c = container(st.last().expect("no status"), "tenants.slice/a").unwrap();
@@ -720,7 +743,11 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         g.output
     );
     // ... mostly by tierd's own cold-first demotion ...
-    let cold_moved = c.moved_bytes.get("demote/move_pages").copied().unwrap_or(0);
+    let cold_moved = c
+        .moved_bytes
+        .get(&format!("demote/{mover}"))
+        .copied()
+        .unwrap_or(0);
     assert!(
         cold_moved >= 100 * MIB,
         "cold-first demotion moved {cold_moved} B: {c:?}\n{}",
