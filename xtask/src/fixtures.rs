@@ -80,7 +80,7 @@ cap /sys/devices/system/memory/block_size_bytes
 cap $(find /sys/devices/virtual/memory_tiering/ -type f)
 cap /sys/kernel/mm/numa/demotion_enabled
 cap /proc/sys/kernel/numa_balancing /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
-cap /proc/meminfo /proc/vmstat /proc/pressure/memory
+cap /proc/meminfo /proc/vmstat /proc/pressure/memory /proc/zoneinfo
 cap $(find /sys/kernel/mm/damon/admin/ -type f)
 
 echo "UNAME $(uname -r)"

@@ -23,7 +23,7 @@ use crate::metrics::{
     MoveFailureLabels, MoveLabels, NodeLabels, PromotionLabels,
 };
 use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
-use crate::topology::Topology;
+use crate::topology::{zone_reserve_pages, Topology};
 
 /// Smallest demotion worth a memory.reclaim write: below this the syscall and
 /// the LRU scan cost more than the placement gains.
@@ -164,6 +164,46 @@ struct Hotness {
     readings: HashMap<u64, ContainerReading>,
 }
 
+/// Warns when `daemon.headroom` is below the kernel's own free-memory reserve
+/// of the fast tier (zone `high`/`promo` watermarks, `/proc/zoneinfo`): tierd
+/// would then fill DRAM past the point where kswapd starts demoting in LRU
+/// order, and the targets could not hold. The reserve is also why a hot set
+/// larger than DRAM cannot have more than DRAM − reserve − other use on it.
+fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
+    let path = cfg.daemon.procfs_root.join("zoneinfo");
+    let reserve = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| zone_reserve_pages(&path, &t).map_err(|e| e.to_string()));
+    match reserve {
+        Ok(pages) => {
+            let fast = topo.fast_nodes();
+            let bytes: u64 = pages
+                .iter()
+                .filter(|(n, _)| fast.contains(n))
+                .map(|(_, p)| p * crate::mover::base_page_size())
+                .sum();
+            let headroom = cfg.daemon.headroom.0;
+            if headroom < bytes {
+                tracing::warn!(
+                    headroom_bytes = headroom,
+                    kernel_reserve_bytes = bytes,
+                    "daemon.headroom is below the kernel's free-memory reserve of the fast tier \
+                     ({}: zone high/promo watermarks): kswapd will demote in LRU order before \
+                     the targets are reached; raise daemon.headroom to at least the reserve",
+                    path.display()
+                );
+            } else {
+                tracing::info!(
+                    headroom_bytes = headroom,
+                    kernel_reserve_bytes = bytes,
+                    "fast-tier headroom covers the kernel's free-memory reserve"
+                );
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "kernel free-memory reserve unknown"),
+    }
+}
+
 /// Cycles between attempts to claim DAMON after it was unavailable (busy
 /// with someone else's kdamonds): about a minute at the default interval.
 const DAMON_RETRY_CYCLES: u64 = 30;
@@ -204,6 +244,7 @@ impl Controller {
         } else {
             tracing::info!(fast = ?topo.fast_nodes(), lower = ?topo.lower_nodes(),
                 fast_capacity_bytes = topo.fast_capacity_bytes(), "memory tiers discovered");
+            warn_headroom_below_reserve(&cfg, &topo);
         }
         metrics.tiered.set(i64::from(!observe_only));
         let cg = CgroupFs::new(&cfg.daemon.cgroup_root);

@@ -27,6 +27,7 @@
 //!
 //! Needs: std, `thiserror`, `cgroupctl::NodeSet`.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,58 @@ pub enum TopologyError {
 }
 
 pub type Result<T, E = TopologyError> = std::result::Result<T, E>;
+
+/// The kernel's free-memory reserve of each node, in pages: the sum over the
+/// node's zones of the `high` watermark (or `promo`, where the kernel has it
+/// and it is higher: NUMA balancing's promotion watermark), from
+/// `/proc/zoneinfo` (mm/vmstat.c `zoneinfo_show_print`). kswapd runs, and
+/// demotes, whenever a zone's free pages drop below `low`, until they reach
+/// `high`.
+///
+/// Errors: [`TopologyError::Parse`] naming `path` when a `Node N, zone`
+/// header has no node number or a watermark line no number.
+pub fn zone_reserve_pages(path: &Path, text: &str) -> Result<BTreeMap<u32, u64>> {
+    let mut out: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut node: Option<u32> = None;
+    // Per zone: (high, promo).
+    let mut zone = (0u64, 0u64);
+    let flush = |out: &mut BTreeMap<u32, u64>, node: Option<u32>, zone: (u64, u64)| {
+        if let Some(n) = node {
+            *out.entry(n).or_default() += zone.0.max(zone.1);
+        }
+    };
+    for (i, line) in text.lines().enumerate() {
+        let err = |reason: String| TopologyError::Parse {
+            path: path.to_path_buf(),
+            line: i + 1,
+            reason,
+        };
+        if let Some(rest) = line.strip_prefix("Node ") {
+            flush(&mut out, node, zone);
+            zone = (0, 0);
+            let id = rest.split(',').next().unwrap_or("").trim();
+            node = Some(
+                id.parse()
+                    .map_err(|_| err(format!("no node number in {line:?}")))?,
+            );
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        let (Some(key), Some(val), None) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let slot = match key {
+            "high" => &mut zone.0,
+            "promo" => &mut zone.1,
+            _ => continue,
+        };
+        *slot = val
+            .parse()
+            .map_err(|_| err(format!("watermark {key} is not a number: {val:?}")))?;
+    }
+    flush(&mut out, node, zone);
+    Ok(out)
+}
 
 /// HMAT access attributes of a node as seen from its nearest initiator
 /// (`access0`). Zero means the firmware gave no value.
@@ -401,6 +454,29 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zone_reserve_from_the_guest_zoneinfo() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/linux-6.12/proc/zoneinfo");
+        let text = fs::read_to_string(&path).unwrap();
+        let r = zone_reserve_pages(&path, &text).unwrap();
+        // Node 0: DMA promo 227 + DMA32 promo 14497 + Movable 32 (high =
+        // promo there); node 1: DMA32 promo 14840 + Movable 32. About 58 MiB
+        // each: THP raises min_free_kbytes on this 1 GiB node.
+        assert_eq!(r.get(&0), Some(&(227 + 14497 + 32)));
+        assert_eq!(r.get(&1), Some(&(14840 + 32)));
+        // pageset `high:` lines (with a colon) are not watermarks.
+        let bad = "Node x, zone DMA\n  pages free 1\n        high     2\n";
+        let e = zone_reserve_pages(Path::new("/proc/zoneinfo"), bad).unwrap_err();
+        assert!(e.to_string().contains("/proc/zoneinfo: line 1"), "{e}");
+        let e = zone_reserve_pages(
+            Path::new("/proc/zoneinfo"),
+            "Node 0, zone DMA\n        high     lots\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+    }
 
     struct Sysfs {
         dir: tempfile::TempDir,
