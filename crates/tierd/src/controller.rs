@@ -860,7 +860,7 @@ impl Controller {
                 .map(|o| (o.container, dm.armed_quota(o.container, Direction::Demote)))
                 .filter(|&(_, q)| q > 0)
                 .collect();
-            let young = dm.running_for() < d.cold_min_age;
+            let warming_up = dm.running_for() < d.cold_min_age;
             let now = Instant::now();
             let stall_grace = d.cold_min_age.max(3 * d.interval);
             self.hot.damos_stalled.retain(|c, _| {
@@ -884,7 +884,7 @@ impl Controller {
                             .copied()
                             .unwrap_or_default();
                         let quota = tried.get(&o.container).copied();
-                        let wait = young || quota.is_none();
+                        let wait = warming_up || quota.is_none();
                         let progress = r.applied >= MIN_RECLAIM_BYTES;
                         let exhausted = quota.is_some_and(|q| r.tried >= q);
                         // A region DAMOS tried (even one whose pages were
