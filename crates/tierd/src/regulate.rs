@@ -280,6 +280,14 @@ pub struct DamosMover {
     running: bool,
 }
 
+/// DAMOS quota windows per tierd cycle. DAMOS applies a quota changed by a
+/// commit only from its next window on, and kswapd or a changed target can
+/// make the cycle's budget too large while DAMOS is still spending it: with
+/// one window per cycle the cold-hog's hog was demoted 86 MiB below its
+/// target. Four windows of a quarter of the budget each move the same bytes
+/// per cycle and follow a new budget within a quarter of a cycle.
+const QUOTA_WINDOWS: u64 = 4;
+
 impl DamosMover {
     /// Errors if the nodes' physical ranges cannot be read from sysfs.
     #[allow(clippy::too_many_arguments)]
@@ -302,6 +310,14 @@ impl DamosMover {
         };
         let fast_ranges = ranges(fast)?;
         let lower_ranges = ranges(lower)?;
+        // One paddr context spans all of RAM, and DAMON samples one page per
+        // region: start it with a quarter of the region budget so that a
+        // container's hot pages are not averaged away in a region of cold
+        // ones before the adaptive split gets to them.
+        let attrs = Attrs {
+            min_nr_regions: attrs.min_nr_regions.max(attrs.max_nr_regions / 4),
+            ..attrs
+        };
         Ok(DamosMover {
             idx,
             attrs,
@@ -309,7 +325,7 @@ impl DamosMover {
             lower_dest,
             lower_ranges,
             fast_ranges,
-            reset_interval_ms: reset_interval.as_millis() as u64,
+            reset_interval_ms: (reset_interval.as_millis() as u64 / QUOTA_WINDOWS).max(1),
             layout: Vec::new(),
             last_stats: Vec::new(),
             slot_created: Vec::new(),
@@ -384,7 +400,7 @@ impl DamosMover {
             // budget gets one byte, which moves nothing (DAMOS charges whole
             // regions against the quota and stops once it is exceeded).
             quota: Quota {
-                bytes: quota.max(1),
+                bytes: quota.div_ceil(QUOTA_WINDOWS).max(1),
                 reset_interval_ms: self.reset_interval_ms,
                 // All priority weights 0: every region scores the same and
                 // the quota goes in address order. 6.12 computes the
@@ -444,7 +460,11 @@ impl DamosMover {
                 let armed = self.armed(self.slot_created[schemes.len()], now);
                 let s = self.scheme(o, dir, armed);
                 if armed {
-                    self.armed_quota.insert((o.container, dir), s.quota.bytes);
+                    let budget = match dir {
+                        Direction::Promote => o.promote_bytes,
+                        Direction::Demote => o.demote_bytes,
+                    };
+                    self.armed_quota.insert((o.container, dir), budget.max(1));
                 }
                 schemes.push(s);
                 layout.push((o.container, dir));
@@ -487,9 +507,10 @@ impl DamosMover {
         Ok(moved)
     }
 
-    /// The quota (bytes per reset interval) armed for `container`'s scheme
-    /// in `dir` by the last [`DamosMover::apply`]; 0 while its slot is still
-    /// in its first charge window, or when it had no budget (a 1-byte quota).
+    /// The budget (bytes per cycle, spread over the quota windows) armed for
+    /// `container`'s scheme in `dir` by the last [`DamosMover::apply`]; 0
+    /// while its slot is still in its first charge window, or when it had no
+    /// budget (a 1-byte quota).
     pub fn armed_quota(&self, container: u64, dir: Direction) -> u64 {
         match self.armed_quota.get(&(container, dir)) {
             Some(&q) if q > 1 => q,
@@ -628,7 +649,9 @@ mod tests {
         let up = m.scheme(&o, Direction::Promote, true);
         assert_eq!(up.action, Action::MigrateHot);
         assert_eq!(up.target_nid, Some(0));
-        assert_eq!(up.quota.bytes, 4 << 20);
+        // A quarter of the cycle's budget per quarter-cycle window.
+        assert_eq!(up.quota.bytes, 1 << 20);
+        assert_eq!(up.quota.reset_interval_ms, 250);
         // Keep the memcg's pages (matching = N) ...
         assert_eq!(
             up.filters[0],
@@ -655,7 +678,7 @@ mod tests {
         let down = m.scheme(&o, Direction::Demote, true);
         assert_eq!(down.action, Action::MigrateCold);
         assert_eq!(down.target_nid, Some(1));
-        assert_eq!(down.quota.bytes, 8 << 20);
+        assert_eq!(down.quota.bytes, 2 << 20);
         assert_eq!(down.access_pattern.age.min, 30);
         assert!(down.filters[1..]
             .iter()
@@ -665,8 +688,8 @@ mod tests {
         let fresh = m.scheme(&o, Direction::Promote, false);
         assert_eq!(fresh.access_pattern.sz, Range { min: 0, max: 0 });
         assert!(!m.armed(now, now));
-        assert!(!m.armed(now - Duration::from_millis(1500), now));
-        assert!(m.armed(now - Duration::from_millis(2000), now));
+        assert!(!m.armed(now - Duration::from_millis(400), now));
+        assert!(m.armed(now - Duration::from_millis(500), now));
         // No budget: a 1-byte quota (0 would mean unlimited to DAMOS).
         let idle = DamosOrder {
             promote_bytes: 0,
