@@ -719,6 +719,18 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The commented example shipped in `config/tierd.toml` loads, and says
+    /// what the defaults are.
+    #[test]
+    fn shipped_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/tierd.toml");
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let d = DaemonConfig::default();
+        assert_eq!(c.daemon.mover, d.mover);
+        assert_eq!(c.daemon.headroom, d.headroom);
+        assert_eq!(c.daemon.mover_batch, d.mover_batch);
+    }
+
     fn parse(s: &str) -> Result<Config, ConfigError> {
         Config::parse(s, Path::new("/etc/tierd/test.toml"))
     }
