@@ -863,11 +863,12 @@ impl Controller {
             let warming_up = dm.running_for() < d.cold_min_age;
             let now = Instant::now();
             let stall_grace = d.cold_min_age.max(3 * d.interval);
-            self.hot.damos_stalled.retain(|c, _| {
-                orders
-                    .iter()
-                    .any(|o| o.container == *c && o.demote_bytes > 0)
-            });
+            let demoting: HashSet<u64> = orders
+                .iter()
+                .filter(|o| o.demote_bytes > 0)
+                .map(|o| o.container)
+                .collect();
+            self.hot.damos_stalled.retain(|c, _| demoting.contains(c));
             match dm.apply(damon, &orders) {
                 // DAMOS moves during the coming interval; what it moved in the
                 // last one is reported now, and memory.reclaim only takes what
@@ -898,11 +899,10 @@ impl Controller {
                             let since = *self.hot.damos_stalled.entry(o.container).or_insert(now);
                             now.duration_since(since) >= stall_grace
                         };
-                        let asked = plan.get(o.container).map_or(0, |p| p.demote_bytes);
                         let done = if stalled {
                             r.applied
                         } else {
-                            asked.max(r.applied)
+                            o.demote_bytes.max(r.applied)
                         };
                         done_down.insert(o.container, done);
                     }

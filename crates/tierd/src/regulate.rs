@@ -272,8 +272,8 @@ pub struct DamosMover {
     /// When each scheme slot was created in the kernel (its first quota
     /// charge window starts then); see [`DamosMover::armed`].
     slot_created: Vec<Instant>,
-    /// Quota bytes each (container, direction) had armed in the running
-    /// spec (disarmed slots are absent).
+    /// Budget (bytes per cycle) each (container, direction) had armed in the
+    /// running spec (disarmed slots and empty budgets are absent).
     armed_quota: HashMap<(u64, Direction), u64>,
     /// When the kdamond was (re)started by this mover.
     started: Option<Instant>,
@@ -431,10 +431,10 @@ impl DamosMover {
         // Read what the previous quotas achieved before changing them.
         if self.running && damon.is_running(self.idx)? {
             let stats = damon.scheme_stats(self.idx)?;
+            // A recreated scheme starts from 0 again.
+            let delta = |now: u64, prev: u64| if now >= prev { now - prev } else { now };
             for (i, (key, st)) in self.layout.iter().zip(&stats).enumerate() {
                 let (pa, pt) = self.last_stats.get(i).copied().unwrap_or((0, 0));
-                // A recreated scheme starts from 0 again.
-                let delta = |now: u64, prev: u64| if now >= prev { now - prev } else { now };
                 let e = moved.entry(*key).or_default();
                 e.applied += delta(st.sz_applied, pa);
                 e.tried += delta(st.sz_tried, pt);
@@ -459,12 +459,12 @@ impl DamosMover {
             for dir in [Direction::Promote, Direction::Demote] {
                 let armed = self.armed(self.slot_created[schemes.len()], now);
                 let s = self.scheme(o, dir, armed);
-                if armed {
-                    let budget = match dir {
-                        Direction::Promote => o.promote_bytes,
-                        Direction::Demote => o.demote_bytes,
-                    };
-                    self.armed_quota.insert((o.container, dir), budget.max(1));
+                let budget = match dir {
+                    Direction::Promote => o.promote_bytes,
+                    Direction::Demote => o.demote_bytes,
+                };
+                if armed && budget > 0 {
+                    self.armed_quota.insert((o.container, dir), budget);
                 }
                 schemes.push(s);
                 layout.push((o.container, dir));
@@ -512,10 +512,10 @@ impl DamosMover {
     /// while its slot is still in its first charge window, or when it had no
     /// budget (a 1-byte quota).
     pub fn armed_quota(&self, container: u64, dir: Direction) -> u64 {
-        match self.armed_quota.get(&(container, dir)) {
-            Some(&q) if q > 1 => q,
-            _ => 0,
-        }
+        self.armed_quota
+            .get(&(container, dir))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// How long the kdamond has been monitoring since this mover started it
