@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cgroupctl::{CgroupFs, Limit, NodeSet, ReclaimOutcome};
@@ -154,14 +154,45 @@ struct Hotness {
     monitor: Option<HeatMonitor>,
     pages: Option<PagesMover>,
     damos: Option<DamosMover>,
-    /// Since when each container's migrate_cold has been armed, short of
-    /// neither quota nor cold regions, and moved (next to) nothing.
-    damos_stalled: HashMap<u64, Instant>,
+    /// Since when each container's cold-first demotion (either mover) has
+    /// had its try and moved (next to) nothing.
+    cold_stalled: ColdStall,
     /// Why heat is unknown (logged once), or None when DAMON runs.
     off_reason: Option<String>,
     /// Cycle at which to try claiming DAMON again after a failure.
     retry_cycle: u64,
     readings: HashMap<u64, ContainerReading>,
+}
+
+/// When memory.reclaim may take over a container's demotion from the
+/// cold-first mover. memory.reclaim picks by LRU and takes hot pages too, so
+/// it waits while the mover is warming up or making progress, and takes the
+/// remainder only after the mover found nothing for a grace period: DAMON
+/// regions restart their age when they split, merge or are tried by DAMOS,
+/// so one empty cycle is not a stall (docs/NOTES.md, "The DAMOS mover on
+/// Linux 6.12").
+#[derive(Default)]
+struct ColdStall {
+    since: HashMap<u64, Instant>,
+}
+
+impl ColdStall {
+    /// Returns true once the mover of container `c` has been stalled (not
+    /// `busy`: neither warming up, nor progressing, nor at its quota) for at
+    /// least `grace`; any busy cycle restarts the clock.
+    fn stalled(&mut self, c: u64, busy: bool, now: Instant, grace: Duration) -> bool {
+        if busy {
+            self.since.remove(&c);
+            return false;
+        }
+        let since = *self.since.entry(c).or_insert(now);
+        now.duration_since(since) >= grace
+    }
+
+    /// Forgets containers that no longer demote.
+    fn retain(&mut self, demoting: impl Fn(u64) -> bool) {
+        self.since.retain(|&c, _| demoting(c));
+    }
 }
 
 /// Warns when `daemon.headroom` is below the kernel's own free-memory reserve
@@ -795,6 +826,18 @@ impl Controller {
         let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
         let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
         let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
+        let now = Instant::now();
+        let stall_grace = d.cold_min_age.max(3 * d.interval);
+        let demoting: HashSet<u64> = managed
+            .iter()
+            .filter(|m| {
+                plan.get(m.id).is_some_and(|p| {
+                    cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0
+                })
+            })
+            .map(|m| m.id)
+            .collect();
+        self.hot.cold_stalled.retain(|c| demoting.contains(&c));
 
         if let Some(pm) = &mut self.hot.pages {
             for m in managed {
@@ -815,22 +858,25 @@ impl Controller {
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
                     let min_age = base_age.saturating_mul(1 << p.damping_level.min(16));
-                    if r.monitored_for < d.cold_min_age {
-                        // No region can have been idle that long yet: wait
-                        // for DAMON rather than let memory.reclaim demote in
-                        // LRU order (hot pages included).
-                        done_down.insert(m.id, p.demote_bytes);
-                        continue;
-                    }
-                    let mv = pm.demote(m.id, &r.procs, min_age, &fast, lower_dest, p.demote_bytes);
-                    // While cold-first demotion makes progress, the rest of
-                    // this cycle's demotion waits for it (next cycle) rather
-                    // than go to memory.reclaim, which picks by LRU and takes
-                    // hot pages too; once it finds nothing idle enough,
-                    // memory.reclaim takes the remainder.
+                    // No region can have been idle for cold_min_age yet: wait
+                    // for DAMON rather than let memory.reclaim demote.
+                    let warming_up = r.monitored_for < d.cold_min_age;
+                    let mv = if warming_up {
+                        Moved::default()
+                    } else {
+                        pm.demote(m.id, &r.procs, min_age, &fast, lower_dest, p.demote_bytes)
+                    };
                     let progress = mv.bytes >= MIN_RECLAIM_BYTES;
-                    done_down.insert(m.id, if progress { p.demote_bytes } else { mv.bytes });
-                    results.push((m.id, Direction::Demote, "move_pages", mv));
+                    let stalled = self.hot.cold_stalled.stalled(
+                        m.id,
+                        warming_up || progress,
+                        now,
+                        stall_grace,
+                    );
+                    done_down.insert(m.id, if stalled { mv.bytes } else { p.demote_bytes });
+                    if !warming_up {
+                        results.push((m.id, Direction::Demote, "move_pages", mv));
+                    }
                 }
             }
             pm.retain(|c| managed.iter().any(|m| m.id == c));
@@ -861,14 +907,6 @@ impl Controller {
                 .filter(|&(_, q)| q > 0)
                 .collect();
             let warming_up = dm.running_for() < d.cold_min_age;
-            let now = Instant::now();
-            let stall_grace = d.cold_min_age.max(3 * d.interval);
-            let demoting: HashSet<u64> = orders
-                .iter()
-                .filter(|o| o.demote_bytes > 0)
-                .map(|o| o.container)
-                .collect();
-            self.hot.damos_stalled.retain(|c, _| demoting.contains(c));
             match dm.apply(damon, &orders) {
                 // DAMOS moves during the coming interval; what it moved in the
                 // last one is reported now, and memory.reclaim only takes what
@@ -892,13 +930,12 @@ impl Controller {
                         // all filtered out) restarts its age at 0, so
                         // migrate_cold moves in bursts a cold_min_age apart:
                         // one empty interval is not a stall.
-                        let stalled = if wait || progress || exhausted {
-                            self.hot.damos_stalled.remove(&o.container);
-                            false
-                        } else {
-                            let since = *self.hot.damos_stalled.entry(o.container).or_insert(now);
-                            now.duration_since(since) >= stall_grace
-                        };
+                        let stalled = self.hot.cold_stalled.stalled(
+                            o.container,
+                            wait || progress || exhausted,
+                            now,
+                            stall_grace,
+                        );
                         let done = if stalled {
                             r.applied
                         } else {
@@ -1261,5 +1298,25 @@ mod tests {
     fn ancestors_of_nested_path() {
         assert_eq!(ancestors("a/b/c"), vec!["a".to_string(), "a/b".to_string()]);
         assert!(ancestors("a").is_empty());
+    }
+
+    #[test]
+    fn cold_stall_needs_a_whole_grace_without_progress() {
+        let grace = Duration::from_secs(3);
+        let t0 = Instant::now();
+        let s = |secs| t0 + Duration::from_secs(secs);
+        let mut st = ColdStall::default();
+        assert!(!st.stalled(1, false, s(0), grace));
+        assert!(!st.stalled(1, false, s(2), grace));
+        // Progress restarts the clock.
+        assert!(!st.stalled(1, true, s(3), grace));
+        assert!(!st.stalled(1, false, s(4), grace));
+        assert!(!st.stalled(1, false, s(6), grace));
+        assert!(st.stalled(1, false, s(7), grace));
+        // Containers are tracked apart, and forgotten when they stop demoting.
+        assert!(!st.stalled(2, false, s(7), grace));
+        st.retain(|c| c == 2);
+        assert!(!st.stalled(1, false, s(8), grace));
+        assert!(st.stalled(2, false, s(10), grace));
     }
 }
