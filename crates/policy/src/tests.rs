@@ -730,6 +730,95 @@ fn hot_sets_are_served_before_cold_pages() {
     assert_eq!(target(&plan, 2), 350 * MIB);
 }
 
+// ---- Demotion makes room, it does not empty DRAM -----------------------------
+
+/// 1 GiB fast tier, 64 MiB headroom, promotion limited to 50 MiB per cycle.
+fn room_params(promote_rate: u64) -> PolicyParams {
+    PolicyParams {
+        headroom_bytes: 64 * MIB,
+        container_promote_bytes_per_s: promote_rate,
+        ..params()
+    }
+}
+
+#[test]
+fn demotion_for_a_neighbour_is_paced_by_its_promotion() {
+    // Cold hog fills DRAM; a newcomer with 400 MiB on the lower tier gets an
+    // equal share. Targets: newcomer 460 (its demand), hog 500 of a 960 MiB
+    // pool. The hog is 400 MiB over, but the newcomer can only be promoted
+    // 50 MiB this cycle, and DRAM is exactly at the headroom: the hog makes
+    // room for those 50 MiB, not for 400.
+    let s = snap(GIB, vec![c(1, 900 * MIB, 0), c(2, 60 * MIB, 400 * MIB)]);
+    let plan = run(&s, &room_params(50 * MIB));
+    let (hog, new) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+    assert_eq!((hog.target_bytes, new.target_bytes), (500 * MIB, 460 * MIB));
+    assert_eq!(hog.state, PlacementState::OverTarget);
+    assert_eq!(hog.memory_low_bytes, 0);
+    assert_eq!(new.promote_bytes, 50 * MIB);
+    assert_eq!(hog.demote_bytes, 50 * MIB);
+
+    // Usage already 30 MiB into the headroom: that comes out too.
+    let s = snap(GIB, vec![c(1, 930 * MIB, 0), c(2, 60 * MIB, 400 * MIB)]);
+    let plan = run(&s, &room_params(50 * MIB));
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 80 * MIB);
+
+    // 100 MiB free above the headroom already: nothing to make room for.
+    let s = snap(GIB, vec![c(1, 800 * MIB, 0), c(2, 60 * MIB, 400 * MIB)]);
+    let plan = run(&s, &room_params(50 * MIB));
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+}
+
+#[test]
+fn excess_above_local_high_is_demoted_whatever_is_free() {
+    // Nobody can be promoted (no promotion budget) and DRAM has room, but
+    // the hog's local_high of 50% (350 MiB) is an upper bound: it goes to it.
+    let hog = c(1, 700 * MIB, 0).high(Share::Fraction(0.5));
+    let s = snap(GIB, vec![hog, c(2, 100 * MIB, 300 * MIB)]);
+    let plan = run(&s, &room_params(0));
+    assert_eq!(plan.get(1).unwrap().target_bytes, 350 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 350 * MIB);
+    assert_eq!(plan.get(2).unwrap().promote_bytes, 0);
+
+    // Without the bound the same hog holds 560 MiB of a 480 MiB share and
+    // keeps it while nobody needs the room.
+    let s = snap(GIB, vec![c(1, 700 * MIB, 0), c(2, 100 * MIB, 300 * MIB)]);
+    let plan = run(&s, &room_params(0));
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+}
+
+#[test]
+fn room_is_shared_by_excess_and_never_exceeded() {
+    // Two over-target containers, weights 3:1 give targets 300 and 100 MiB
+    // of a 1 GiB pool with the third (usage 624 MiB, 500 on the lower tier)
+    // capped at its demand. DRAM is full; 60 MiB are promoted this cycle.
+    let s = snap(
+        GIB,
+        vec![
+            c(1, 500 * MIB, 0).weight(300).high(Share::Bytes(GIB)),
+            c(2, 400 * MIB, 0).weight(100),
+            c(3, 124 * MIB, 500 * MIB).weight(100),
+        ],
+    );
+    let p = PolicyParams {
+        headroom_bytes: 0,
+        container_promote_bytes_per_s: 60 * MIB,
+        ..params()
+    };
+    let plan = run(&s, &p);
+    let (a, b) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+    assert_eq!(plan.get(3).unwrap().promote_bytes, 60 * MIB);
+    let (xa, xb) = (500 * MIB - a.target_bytes, 400 * MIB - b.target_bytes);
+    let total = a.demote_bytes + b.demote_bytes;
+    assert!(total <= 60 * MIB && total + 2 >= 60 * MIB, "{a:?} {b:?}");
+    // In proportion to the excess (floors).
+    assert_eq!(
+        a.demote_bytes,
+        (u128::from(xa) * u128::from(60 * MIB) / u128::from(xa + xb)) as u64
+    );
+}
+
 // ---- Thrash control -----------------------------------------------------------
 
 fn moved(mut c: ContainerSnapshot, down: u64, up: u64, exact: u64) -> ContainerSnapshot {
