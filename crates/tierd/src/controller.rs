@@ -33,6 +33,10 @@ const MIN_RECLAIM_BYTES: u64 = 1 << 20;
 /// (a hot set that really shrank is let go within about 15 s to half).
 const DEMAND_DECAY_PER_S: f64 = 0.05;
 
+/// Cycles in a row without a DAMON reading for a container after which its
+/// held demand is dropped and demand falls back to usage.
+const DEMAND_HOLD_MISSES: u32 = 5;
+
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;
 
@@ -144,7 +148,15 @@ pub struct Controller {
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
     /// Held hot-set demand per container (see `held_demand`).
-    demand_hold: HashMap<u64, u64>,
+    demand_hold: HashMap<u64, DemandHold>,
+}
+
+/// A container's held hot-set demand, and how many cycles in a row DAMON
+/// gave no reading for it.
+#[derive(Debug, Clone, Copy)]
+struct DemandHold {
+    bytes: u64,
+    misses: u32,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -162,6 +174,41 @@ struct Hotness {
     /// Cycle at which to try claiming DAMON again after a failure.
     retry_cycle: u64,
     readings: HashMap<u64, ContainerReading>,
+}
+
+/// [`Controller::held_demand`] over the map of holds.
+fn hold_demand(
+    holds: &mut HashMap<u64, DemandHold>,
+    id: u64,
+    hot: Option<u64>,
+    elapsed_ms: u64,
+) -> Option<u64> {
+    let decay = (1.0 - DEMAND_DECAY_PER_S).powf(elapsed_ms as f64 / 1000.0);
+    let decayed = |h: &DemandHold| (h.bytes as f64 * decay) as u64;
+    let Some(hot) = hot else {
+        // A cycle without regions for a container that had heat (seen
+        // in the emulated host under load: both tenants' demand fell to
+        // their usage for one cycle and their targets swapped) is a
+        // missed reading, not a change of heat.
+        let h = holds.get_mut(&id)?;
+        h.misses += 1;
+        if h.misses > DEMAND_HOLD_MISSES {
+            holds.remove(&id);
+            return None;
+        }
+        h.bytes = decayed(h);
+        return Some(h.bytes);
+    };
+    let held = holds.get(&id).map_or(0, decayed);
+    let v = hot.max(held);
+    holds.insert(
+        id,
+        DemandHold {
+            bytes: v,
+            misses: 0,
+        },
+    );
+    Some(v)
 }
 
 /// When memory.reclaim may take over a container's demotion from the
@@ -615,17 +662,10 @@ impl Controller {
     /// aggregation's hot bytes swing widely (a region split or merge moves
     /// tens of MiB between "hot" and "warm"), and a target that follows
     /// every swing moves pages both ways. A growing hot set is followed at
-    /// once. `None` (heat unknown) clears the hold.
+    /// once. `None` (no reading this cycle) keeps the decaying hold for up
+    /// to [`DEMAND_HOLD_MISSES`] cycles, then clears it (demand = usage).
     fn held_demand(&mut self, id: u64, hot: Option<u64>, elapsed_ms: u64) -> Option<u64> {
-        let Some(hot) = hot else {
-            self.demand_hold.remove(&id);
-            return None;
-        };
-        let decay = (1.0 - DEMAND_DECAY_PER_S).powf(elapsed_ms as f64 / 1000.0);
-        let held = self.demand_hold.get(&id).map_or(0.0, |&h| h as f64 * decay) as u64;
-        let v = hot.max(held);
-        self.demand_hold.insert(id, v);
-        Some(v)
+        hold_demand(&mut self.demand_hold, id, hot, elapsed_ms)
     }
 
     /// Reads this cycle's hint faults and kernel migrations per container
@@ -1306,6 +1346,31 @@ mod tests {
     fn ancestors_of_nested_path() {
         assert_eq!(ancestors("a/b/c"), vec!["a".to_string(), "a/b".to_string()]);
         assert!(ancestors("a").is_empty());
+    }
+
+    #[test]
+    fn held_demand_decays_survives_missed_readings_then_falls_back() {
+        const MIB: u64 = 1 << 20;
+        let mut h = HashMap::new();
+        assert_eq!(hold_demand(&mut h, 1, None, 1000), None);
+        assert_eq!(
+            hold_demand(&mut h, 1, Some(400 * MIB), 1000),
+            Some(400 * MIB)
+        );
+        // Less heat: held, falling 5% per second.
+        assert_eq!(hold_demand(&mut h, 1, Some(0), 1000), Some(380 * MIB));
+        // Missed readings keep the decaying hold ...
+        let mut last = 380 * MIB;
+        for _ in 0..DEMAND_HOLD_MISSES {
+            let v = hold_demand(&mut h, 1, None, 1000).unwrap();
+            assert!(v < last && v > 280 * MIB, "{v}");
+            last = v;
+        }
+        // ... up to a limit, then demand falls back to usage (None).
+        assert_eq!(hold_demand(&mut h, 1, None, 1000), None);
+        assert_eq!(hold_demand(&mut h, 1, Some(10 * MIB), 1000), Some(10 * MIB));
+        // A growing hot set is followed at once; a reading resets the misses.
+        assert_eq!(hold_demand(&mut h, 1, Some(50 * MIB), 1000), Some(50 * MIB));
     }
 
     #[test]
