@@ -196,7 +196,10 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             over.push((i, c.fast_bytes - p.target_bytes));
         } else if c.fast_bytes.saturating_add(promote_band) < p.target_bytes && c.slow_bytes > 0 {
             p.state = PlacementState::UnderTarget;
-            under.push((i, (p.target_bytes - c.fast_bytes).min(c.slow_bytes)));
+            let promotable = c
+                .promotable_bytes
+                .map_or(c.slow_bytes, |b| b.min(c.slow_bytes));
+            under.push((i, (p.target_bytes - c.fast_bytes).min(promotable)));
         } else {
             p.state = PlacementState::AtTarget;
         }
