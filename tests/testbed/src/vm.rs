@@ -217,8 +217,11 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
         if child.try_wait().ok().flatten().is_some() {
             break;
         }
-        let text = String::from_utf8_lossy(&console.lock().unwrap_or_else(|e| e.into_inner()))
-            .into_owned();
+        // Kernel messages can land in the middle of a marker on the shared
+        // console (seen: `##TESTBED-INIT-1[ 2.236708] tsc: ...\n8ea7…##`).
+        let text = strip_kernel_lines(&String::from_utf8_lossy(
+            &console.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
         if boot_duration.is_none() && text.contains(&init_marker) {
             boot_duration = Some(started.elapsed());
         }
@@ -245,6 +248,9 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
 
     let console = String::from_utf8_lossy(&console.lock().unwrap_or_else(|e| e.into_inner()))
         .replace('\r', "");
+    if boot_duration.is_none() && strip_kernel_lines(&console).contains(&init_marker) {
+        boot_duration = Some(duration);
+    }
     let qemu_stderr =
         String::from_utf8_lossy(&stderr_buf.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
     let raw_out = fs::read(&out_path).map_err(|e| Error::io(&out_path, e))?;
@@ -426,6 +432,38 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// `text` without kernel log lines (`[ seconds.micros] message` up to and
+/// including its newline), wherever they start: printk output interleaves
+/// with what init writes to the same serial console.
+fn strip_kernel_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('[') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let stamp_len = after.find(']').filter(|&j| {
+            let stamp = after[..j].trim_start();
+            let (secs, micros) = stamp.split_once('.').unwrap_or(("", ""));
+            !secs.is_empty()
+                && !micros.is_empty()
+                && secs.bytes().all(|b| b.is_ascii_digit())
+                && micros.bytes().all(|b| b.is_ascii_digit())
+        });
+        match stamp_len {
+            Some(j) => {
+                let line = &after[j + 1..];
+                rest = line.find('\n').map_or("", |k| &line[k + 1..]);
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn parse_exit(text: &str, marker: &str) -> Option<i32> {
     let i = text.find(marker)?;
     text[i + marker.len()..]
@@ -460,6 +498,19 @@ mod tests {
         assert_eq!(parse_exit("x\n##TESTBED-EXIT-abc 3##\n", m), Some(3));
         assert_eq!(parse_exit("##TESTBED-EXIT-abc 0##", m), Some(0));
         assert_eq!(parse_exit("##TESTBED-EXIT-abd 0##", m), None);
+    }
+
+    #[test]
+    fn markers_survive_interleaved_kernel_lines() {
+        // As captured from a CI boot: a printk line split the init marker.
+        let console = "[    2.051331] Run /init as init process\r\n##TESTBED-INIT-1[    2.236708] tsc: Refined TSC clocksource calibration: 2596.173 MHz\r\n8ea7bbf59861cbd5675##[    2.237721] clocksource: tsc: mask\r\n\r\ntestbed: [x] memory tiers\r\n";
+        let text = strip_kernel_lines(console);
+        assert!(
+            text.contains("##TESTBED-INIT-18ea7bbf59861cbd5675##"),
+            "{text:?}"
+        );
+        assert!(text.contains("testbed: [x] memory tiers"), "{text:?}");
+        assert!(!text.contains("tsc"), "{text:?}");
     }
 
     #[test]
