@@ -32,7 +32,6 @@ fn host(n: usize) -> Snapshot {
                 fast_bytes: fast,
                 slow_bytes: slow,
                 hot_bytes: (r % 3 != 0).then(|| next() % (usage + 1)),
-                promotable_bytes: None,
                 policy: ContainerPolicy {
                     local_low: match r % 4 {
                         0 => Share::Bytes(0),

@@ -66,11 +66,6 @@ pub struct ContainerSnapshot {
     /// Hot-set bytes across all tiers when a hotness source knows them;
     /// `None` means demand falls back to usage (`fast_bytes + slow_bytes`).
     pub hot_bytes: Option<u64>,
-    /// Lower-tier bytes the promoter can act on this cycle: tierd's movers
-    /// promote only regions DAMON saw accessed, so promotion budgets (and
-    /// the demotion that makes room for them) are planned for those only.
-    /// `None` means all of `slow_bytes` (kernel promotion).
-    pub promotable_bytes: Option<u64>,
     pub policy: ContainerPolicy,
     /// Bytes the container's pages crossed tiers since the previous snapshot
     /// (input to thrash detection; all zero when unknown).

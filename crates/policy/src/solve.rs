@@ -196,10 +196,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             over.push((i, c.fast_bytes - p.target_bytes));
         } else if c.fast_bytes.saturating_add(promote_band) < p.target_bytes && c.slow_bytes > 0 {
             p.state = PlacementState::UnderTarget;
-            let promotable = c
-                .promotable_bytes
-                .map_or(c.slow_bytes, |b| b.min(c.slow_bytes));
-            under.push((i, (p.target_bytes - c.fast_bytes).min(promotable)));
+            under.push((i, (p.target_bytes - c.fast_bytes).min(c.slow_bytes)));
         } else {
             p.state = PlacementState::AtTarget;
         }

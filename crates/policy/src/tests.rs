@@ -31,7 +31,6 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         fast_bytes,
         slow_bytes,
         hot_bytes: None,
-        promotable_bytes: None,
         policy: ContainerPolicy::default(),
         migrations: Default::default(),
     }
@@ -768,19 +767,6 @@ fn demotion_for_a_neighbour_is_paced_by_its_promotion() {
     let plan = run(&s, &room_params(50 * MIB));
     assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
     assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
-}
-
-#[test]
-fn promotion_is_planned_only_for_what_the_promoter_can_move() {
-    // As above, but DAMON has seen only 20 MiB of the newcomer's lower-tier
-    // bytes accessed: that is its promotion budget, and the room made.
-    let mut new = c(2, 60 * MIB, 400 * MIB);
-    new.promotable_bytes = Some(20 * MIB);
-    let s = snap(GIB, vec![c(1, 900 * MIB, 0), new]);
-    let plan = run(&s, &room_params(50 * MIB));
-    assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
-    assert_eq!(plan.get(2).unwrap().promote_bytes, 20 * MIB);
-    assert_eq!(plan.get(1).unwrap().demote_bytes, 20 * MIB);
 }
 
 #[test]

@@ -33,7 +33,6 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                 fast_bytes: fast,
                 slow_bytes: slow,
                 hot_bytes: hot,
-                promotable_bytes: None,
                 policy: ContainerPolicy {
                     local_low: low,
                     local_high: high,

@@ -505,7 +505,6 @@ impl Controller {
             .refresh_free(&self.cfg.daemon.sysfs_root)
             .context("cannot refresh per-node free memory")?;
         let fast = self.topo.fast_nodes();
-        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
         let managed = self.discover()?;
         self.sample_heat(&managed);
 
@@ -556,7 +555,6 @@ impl Controller {
                         .map(|r| r.hot_bytes),
                     elapsed_ms,
                 ),
-                promotable_bytes: self.promotable(m.id, &lower),
                 policy: self.cfg.container_policy(m.policy_index),
                 migrations,
             });
@@ -657,26 +655,6 @@ impl Controller {
             };
         }
         Migrations::default()
-    }
-
-    /// Lower-tier bytes tierd's promoter can act on (`promotion = "tierd"`):
-    /// those in DAMON regions seen accessed this cycle, as the movers take
-    /// no region without an access seen (docs/NOTES.md, "Demand is held,
-    /// promotion takes warm regions"). None with kernel promotion.
-    fn promotable(&self, id: u64, lower: &[u32]) -> Option<u64> {
-        if self.cfg.daemon.promotion != PromotionMode::Tierd {
-            return None;
-        }
-        let Some(r) = self.hot.readings.get(&id).filter(|r| r.regions > 0) else {
-            return Some(0);
-        };
-        Some(
-            lower
-                .iter()
-                .filter_map(|n| r.heat.per_node.get(n))
-                .map(|h| h.total_bytes.saturating_sub(h.hist.by_freq[0]))
-                .sum(),
-        )
     }
 
     /// The policy's demand input from DAMON's hot bytes, held at its peak
