@@ -20,11 +20,7 @@
 //!    `target ± band`; a demotion brings the container back *to* its target.
 //! 5. **Rate limits.** Per-container and global token buckets bound the bytes
 //!    demoted and promoted per cycle (see [`crate::bucket`]).
-//! 6. **Room, not emptiness.** Demotion of a container's excess up to its
-//!    `local_high` is paced by the room the fast tier needs (this cycle's
-//!    promotions plus any headroom deficit), so DRAM a hog gives up is
-//!    filled as it empties; excess above `local_high` always goes.
-//! 7. **Protection.** `memory.low` = usage for containers at or under target
+//! 6. **Protection.** `memory.low` = usage for containers at or under target
 //!    (so kswapd skips them; the kernel computes `memory.low` on total usage,
 //!    not per tier), 0 for containers over target; pinned containers get
 //!    their usage and are never demoted.
@@ -214,20 +210,17 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let mut global_promote = Bucket::new(params.global_promote_bytes_per_s, params.burst_s)
         .refill(Some(state.global_promote_tokens), elapsed_ms);
 
+    for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
+        plans[i].demote_bytes = take;
+    }
     // A damped container wants only 1/2^level of its gap this cycle, so the
     // buckets are charged for what it may actually move.
     let under = under
         .into_iter()
         .map(|(i, want)| (i, want >> plans[i].damping_level.min(63)))
         .collect();
-    let mut promoting = 0u64;
     for (i, take) in spend(under, &mut promote_tokens, &mut global_promote) {
         plans[i].promote_bytes = take;
-        promoting = promoting.saturating_add(take);
-    }
-    let over = work_conserving(over, &plans, &cs, snapshot, params, promoting);
-    for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
-        plans[i].demote_bytes = take;
     }
 
     // Protection (Equilibria: memory.low steers kswapd demotion away).
@@ -259,63 +252,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         guarantees_scaled,
         containers: plans,
     }
-}
-
-/// Work conservation (DESIGN.md rule 2, "what one container cannot use goes
-/// to the others"): demotion makes room, it does not leave DRAM empty.
-///
-/// `over` is (index, bytes above target) of the over-target containers. The
-/// part of a container's excess above its `local_high` bound is always
-/// demoted. The rest — held only because a neighbour's share grew — is
-/// demoted no faster than the fast tier needs room: this cycle's planned
-/// promotions (`promoting`, bytes) plus whatever usage already eats into the
-/// headroom, minus the free memory above the headroom. That room is shared
-/// in proportion to each container's discretionary excess (floors, so the
-/// grants sum to at most the room). Without the cap a demoted hog's DRAM
-/// sat empty until its neighbour's promotion caught up (seen in the emulated
-/// host: 89% used in the cold-hog scenario, 73% with kernel promotion). If
-/// a promotion then falls short, the free memory it leaves counts against
-/// the next cycle's room, so DRAM is never left emptier than the headroom
-/// plus one cycle's promotion budget.
-///
-/// Returns the capped wants, in the same order.
-fn work_conserving(
-    over: Vec<(usize, u64)>,
-    plans: &[ContainerPlan],
-    cs: &[&ContainerSnapshot],
-    snapshot: &Snapshot,
-    params: &PolicyParams,
-    promoting: u64,
-) -> Vec<(usize, u64)> {
-    let used = cs.iter().fold(snapshot.fast_unmanaged_bytes, |acc, c| {
-        acc.saturating_add(c.fast_bytes)
-    });
-    let room = used
-        .saturating_add(params.headroom_bytes)
-        .saturating_add(promoting)
-        .saturating_sub(snapshot.fast_capacity_bytes);
-    // (index, mandatory, discretionary) bytes of each want.
-    let split: Vec<(usize, u64, u64)> = over
-        .into_iter()
-        .map(|(i, want)| {
-            let p = &plans[i];
-            let bound = p.local_high_bytes.max(p.target_bytes);
-            let mandatory = cs[i].fast_bytes.saturating_sub(bound).min(want);
-            (i, mandatory, want - mandatory)
-        })
-        .collect();
-    let discretionary: u128 = split.iter().map(|&(_, _, d)| u128::from(d)).sum();
-    split
-        .into_iter()
-        .map(|(i, mandatory, d)| {
-            let granted = if discretionary <= u128::from(room) {
-                d
-            } else {
-                (u128::from(d) * u128::from(room) / discretionary) as u64
-            };
-            (i, mandatory + granted)
-        })
-        .collect()
 }
 
 /// Hands out `wants` (index in id order, bytes wanted) from the per-container

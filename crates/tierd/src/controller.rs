@@ -880,13 +880,22 @@ impl Controller {
         self.hot.cold_stalled.retain(|c| demoting.contains(&c));
 
         if let Some(pm) = &mut self.hot.pages {
-            // Demotions first: they make the room the promotions fill (the
-            // plan paces one by the other), and promoting into a fast tier
-            // at its headroom would wake kswapd, which demotes by LRU.
             for m in managed {
                 let (Some(p), Some(r)) = (plan.get(m.id), self.hot.readings.get(&m.id)) else {
                     continue;
                 };
+                if promote && p.promote_bytes > 0 {
+                    // Recently idle regions count as worth promoting only once DAMON
+                    // has watched long enough to tell them from cold ones.
+                    let idle_ok = if r.monitored_for >= d.cold_min_age {
+                        base_age
+                    } else {
+                        0
+                    };
+                    let mv =
+                        pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
+                    results.push((m.id, Direction::Promote, "move_pages", mv));
+                }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
                     let min_age = base_age.saturating_mul(1 << p.damping_level.min(16));
                     // No region can have been idle for cold_min_age yet: wait
@@ -908,23 +917,6 @@ impl Controller {
                     if !warming_up {
                         results.push((m.id, Direction::Demote, "move_pages", mv));
                     }
-                }
-            }
-            for m in managed {
-                let (Some(p), Some(r)) = (plan.get(m.id), self.hot.readings.get(&m.id)) else {
-                    continue;
-                };
-                if promote && p.promote_bytes > 0 {
-                    // Recently idle regions count as worth promoting only once DAMON
-                    // has watched long enough to tell them from cold ones.
-                    let idle_ok = if r.monitored_for >= d.cold_min_age {
-                        base_age
-                    } else {
-                        0
-                    };
-                    let mv =
-                        pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
-                    results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
             }
             pm.retain(|c| managed.iter().any(|m| m.id == c));
