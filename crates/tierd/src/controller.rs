@@ -147,7 +147,7 @@ pub struct Controller {
     stat_hint_faults: HashMap<u64, u64>,
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
-    /// Held hot-set demand per container (see `held_demand`).
+    /// Held hot-set demand per container (see `hold_demand`).
     demand_hold: HashMap<u64, DemandHold>,
 }
 
@@ -176,7 +176,13 @@ struct Hotness {
     readings: HashMap<u64, ContainerReading>,
 }
 
-/// [`Controller::held_demand`] over the map of holds.
+/// The policy's demand input from DAMON's hot bytes, held at its peak
+/// and let down by [`DEMAND_DECAY_PER_S`] of itself per second: one
+/// aggregation's hot bytes swing widely (a region split or merge moves
+/// tens of MiB between "hot" and "warm"), and a target that follows
+/// every swing moves pages both ways. A growing hot set is followed at
+/// once. `None` (no reading this cycle) keeps the decaying hold for up
+/// to [`DEMAND_HOLD_MISSES`] cycles, then clears it (demand = usage).
 fn hold_demand(
     holds: &mut HashMap<u64, DemandHold>,
     id: u64,
@@ -546,7 +552,8 @@ impl Controller {
                 name: m.path.clone(),
                 fast_bytes: fast_b,
                 slow_bytes: slow_b,
-                hot_bytes: self.held_demand(
+                hot_bytes: hold_demand(
+                    &mut self.demand_hold,
                     m.id,
                     self.hot
                         .readings
@@ -655,17 +662,6 @@ impl Controller {
             };
         }
         Migrations::default()
-    }
-
-    /// The policy's demand input from DAMON's hot bytes, held at its peak
-    /// and let down by [`DEMAND_DECAY_PER_S`] of itself per second: one
-    /// aggregation's hot bytes swing widely (a region split or merge moves
-    /// tens of MiB between "hot" and "warm"), and a target that follows
-    /// every swing moves pages both ways. A growing hot set is followed at
-    /// once. `None` (no reading this cycle) keeps the decaying hold for up
-    /// to [`DEMAND_HOLD_MISSES`] cycles, then clears it (demand = usage).
-    fn held_demand(&mut self, id: u64, hot: Option<u64>, elapsed_ms: u64) -> Option<u64> {
-        hold_demand(&mut self.demand_hold, id, hot, elapsed_ms)
     }
 
     /// Reads this cycle's hint faults and kernel migrations per container
