@@ -393,6 +393,294 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
     t
 }
 
+/// Which way a verdict metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// One row of the verdict: a metric's value per mode (None: not measured).
+struct VerdictRow {
+    metric: String,
+    better: Better,
+    /// Relative tolerance within which two values count as equal.
+    tolerance: f64,
+    values: Vec<Option<f64>>,
+    /// Decimal places printed.
+    digits: usize,
+}
+
+/// Mean of `key` over a container's samples from `from_s` on.
+fn mean_from(mine: &[&Value], key: &str, from_s: f64) -> Option<f64> {
+    let v: Vec<f64> = mine
+        .iter()
+        .filter(|v| f(v, "t_s").unwrap_or(0.0) >= from_s)
+        .filter_map(|v| f(v, key))
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The verdict rows of one scenario (issue 11 "Default = best"): per
+/// container its hit ratio and hottest-10% residency (mean of the last
+/// quarter of the run), its own throughput (accesses/s, mean of the second
+/// half), time to 95% of its hot set on DRAM for late arrivals, MiB × s
+/// below `local_low`; host-wide the identical-tenant spread, DRAM used
+/// (mean and min from 20 s after the last arrival), pages migrated/s in the
+/// second half, and tierd's CPU.
+fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictRow> {
+    let mut rows = Vec::new();
+    let end = sc.duration_s as f64;
+    let mut row = |metric: String, better, tolerance, digits, values| {
+        rows.push(VerdictRow {
+            metric,
+            better,
+            tolerance,
+            values,
+            digits,
+        })
+    };
+    let per = |mode: &str, name: &str| -> Vec<&Value> {
+        s.samples
+            .get(mode)
+            .map(|v| v.iter().filter(|x| x["container"] == name).collect())
+            .unwrap_or_default()
+    };
+    for c in &sc.containers {
+        let from_end = |mine: &[&Value]| {
+            let last = mine.last().and_then(|v| f(v, "t_s")).unwrap_or(end);
+            last - 0.25 * (last - c.start_s as f64)
+        };
+        let vals = |key: &str, quarter: bool| -> Vec<Option<f64>> {
+            modes
+                .iter()
+                .map(|m| {
+                    let mine = per(m, &c.name);
+                    let from = if quarter {
+                        from_end(&mine)
+                    } else {
+                        c.start_s as f64 + 0.5 * (end - c.start_s as f64)
+                    };
+                    mean_from(&mine, key, from)
+                })
+                .collect()
+        };
+        row(
+            format!("{}: hit ratio", c.name),
+            Better::Higher,
+            0.01,
+            3,
+            vals("hit_ratio", true),
+        );
+        row(
+            format!("{}: hottest 10% on DRAM", c.name),
+            Better::Higher,
+            0.01,
+            3,
+            vals("top10_residency", true),
+        );
+        row(
+            format!("{}: throughput (M accesses/s)", c.name),
+            Better::Higher,
+            0.03,
+            2,
+            vals("accesses_per_s", false)
+                .into_iter()
+                .map(|v| v.map(|x| x / 1e6))
+                .collect(),
+        );
+        if c.start_s > 0 {
+            let t95 = modes
+                .iter()
+                .map(|m| {
+                    let mine = per(m, &c.name);
+                    if mine.iter().all(|v| f(v, "hot_residency").is_none()) {
+                        return None;
+                    }
+                    Some(
+                        mine.iter()
+                            .find(|v| f(v, "hot_residency").is_some_and(|r| r >= 0.95))
+                            .map_or(f64::INFINITY, |v| {
+                                f(v, "t_s").unwrap_or(0.0) - c.start_s as f64
+                            }),
+                    )
+                })
+                .collect();
+            row(
+                format!("{}: hot set ≥ 95% on DRAM after (s)", c.name),
+                Better::Lower,
+                0.0,
+                0,
+                t95,
+            );
+        }
+        if let Some(low) = c.local_low_mib {
+            let v = modes
+                .iter()
+                .map(|m| Some(below_local_low(&per(m, &c.name), low)))
+                .collect();
+            row(
+                format!("{}: MiB × s below local_low", c.name),
+                Better::Lower,
+                0.1,
+                0,
+                v,
+            );
+        }
+    }
+    let host = |m: &str| s.host.get(m).cloned().unwrap_or_default();
+    if sc.containers.len() > 1 {
+        let v = modes
+            .iter()
+            .map(|m| identical_spread(sc, s.samples.get(m).map_or(&[][..], |v| v)))
+            .collect::<Vec<_>>();
+        if v.iter().any(Option::is_some) {
+            row(
+                "local-fraction spread, identical tenants (pts)".into(),
+                Better::Lower,
+                0.0,
+                1,
+                v,
+            );
+        }
+    }
+    let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0) as f64;
+    let used = |m: &str| -> Vec<f64> {
+        host(m)
+            .iter()
+            .filter(|h| f(h, "t_s").unwrap_or(0.0) >= last_start + 20.0)
+            .map(|h| {
+                100.0 * f(h, "fast_used_bytes").unwrap_or(0.0)
+                    / f(h, "fast_total_bytes").unwrap_or(1.0)
+            })
+            .collect()
+    };
+    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let min =
+        |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().cloned().fold(f64::INFINITY, f64::min));
+    row(
+        "DRAM used, mean (%)".into(),
+        Better::Higher,
+        0.01,
+        1,
+        modes.iter().map(|m| mean(used(m))).collect(),
+    );
+    row(
+        "DRAM used, min (%)".into(),
+        Better::Higher,
+        0.01,
+        1,
+        modes.iter().map(|m| min(used(m))).collect(),
+    );
+    let rate_2nd = |m: &str| -> Option<f64> {
+        let h = host(m);
+        let (mid, last) = (h.get(h.len() / 2)?, h.last()?);
+        Some(
+            (f(last, "pgmigrate_success")? - f(mid, "pgmigrate_success")?)
+                / (f(last, "t_s")? - f(mid, "t_s")?).max(1e-3),
+        )
+    };
+    row(
+        "pages migrated/s, 2nd half".into(),
+        Better::Lower,
+        0.1,
+        0,
+        modes.iter().map(|m| rate_2nd(m)).collect(),
+    );
+    let cpu = |m: &str| -> Option<f64> {
+        if m == "kernel" {
+            return None;
+        }
+        let h = host(m);
+        let (first, last) = (h.first()?, h.last()?);
+        Some(
+            100.0 * (f(last, "tierd_cpu_s")? - f(first, "tierd_cpu_s")?)
+                / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
+        )
+    };
+    row(
+        "tierd CPU (% of one core, TCG)".into(),
+        Better::Lower,
+        0.0,
+        1,
+        modes.iter().map(|m| cpu(m)).collect(),
+    );
+    rows
+}
+
+/// The header of a verdict table: a column per mode and, per tierd mode,
+/// its comparison with kernel tiering.
+pub fn verdict_header(modes: &[String]) -> String {
+    let mut t = String::from("| scenario | metric |");
+    let mut cols = 2 + modes.len();
+    for m in modes {
+        let _ = write!(t, " {m} |");
+    }
+    if modes.iter().any(|m| m == "kernel") {
+        for m in modes.iter().filter(|m| *m != "kernel") {
+            let _ = write!(t, " {m} vs kernel |");
+            cols += 1;
+        }
+    }
+    let _ = writeln!(t, "\n|{}", "---|".repeat(cols));
+    t
+}
+
+/// The verdict rows of one scenario (under [`verdict_header`]): a row per
+/// metric, a column per mode, and per tierd mode whether it is ahead of or
+/// equal to kernel tiering (`=` within the metric's tolerance, `ahead`, or
+/// `BEHIND`). Returns the rows and the metrics on which a tierd mode is
+/// behind.
+pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<String>) {
+    let rows = verdict_rows(sc, s, modes);
+    let kernel = modes.iter().position(|m| m == "kernel");
+    let tierd_modes: Vec<usize> = (0..modes.len()).filter(|&i| Some(i) != kernel).collect();
+    let mut t = String::new();
+    let mut behind = Vec::new();
+    for (n, r) in rows.iter().enumerate() {
+        let _ = write!(
+            t,
+            "| {} | {} |",
+            if n == 0 { sc.name.as_str() } else { "" },
+            r.metric
+        );
+        for v in &r.values {
+            match v {
+                Some(x) if x.is_infinite() => t.push_str(" never |"),
+                Some(x) => {
+                    let _ = write!(t, " {:.*} |", r.digits, x);
+                }
+                None => t.push_str(" – |"),
+            }
+        }
+        if let Some(k) = kernel {
+            for &i in &tierd_modes {
+                let cmp = match (r.values[k], r.values[i]) {
+                    (Some(kv), Some(tv)) => {
+                        let slack = r.tolerance * kv.abs().max(tv.abs());
+                        let ahead = match r.better {
+                            Better::Higher => tv - kv,
+                            Better::Lower => kv - tv,
+                        };
+                        if kv == tv || (kv.is_finite() && tv.is_finite() && ahead.abs() <= slack) {
+                            "="
+                        } else if ahead > 0.0 {
+                            "ahead"
+                        } else {
+                            behind.push(format!("{} / {}: {}", sc.name, modes[i], r.metric));
+                            "BEHIND"
+                        }
+                    }
+                    _ => "–",
+                };
+                let _ = write!(t, " {cmp} |");
+            }
+        }
+        t.push('\n');
+    }
+    (t, behind)
+}
+
 /// MiB × s a container's fast-tier bytes spent below its `local_low`, from
 /// the first sample at which its usage had grown to the guarantee (its
 /// allocation ramp is not a violation); a container that never uses that
@@ -582,7 +870,11 @@ pub fn write_all(
         }
         std::fs::write(dir.join("samples.jsonl"), jsonl)?;
         std::fs::write(dir.join("scenario.toml"), &sc.text)?;
-        let tbl = table(sc, s, modes);
+        let mut tbl = table(sc, s, modes);
+        let (v, _) = verdict(sc, s, modes);
+        tbl += "\nVerdict (kernel tiering vs tierd, same boot):\n\n";
+        tbl += &verdict_header(modes);
+        tbl += &v;
         std::fs::write(dir.join("table.md"), &tbl)?;
         report += &tbl;
         if plots {

@@ -174,13 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             cfg.binaries = built_binaries();
             cfg.files = guest_files();
             cfg.echo = true;
-            let out = testbed::run(&cfg, &command.join(" ")).context("emulated CXL host")?;
-            eprintln!(
-                "xtask: guest exited {} after {:.1} s (boot {:.1} s)",
-                out.exit_code,
-                out.duration.as_secs_f64(),
-                out.boot_duration.as_secs_f64()
-            );
+            let out = run_guest(&cfg, &command.join(" "))?;
             Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
         }
         Cmd::Fixtures { vm } => {
@@ -257,7 +251,7 @@ fn demo(
         std::fs::write(&host, &sc.text)?;
         let guest = format!("/scenarios/{}.toml", sc.name);
         cfg.files.push((host, guest.clone()));
-        let mut cmd = format!("tierscen {guest} --modes {}", m.join(","));
+        let mut cmd = format!("tierscen {guest} --emit --modes {}", m.join(","));
         if let Some(d) = duration_s {
             cmd += &format!(" --duration-s {d}");
         }
@@ -269,6 +263,7 @@ fn demo(
     }
     let scenarios = expanded;
     cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
+    // Each scenario's samples (`--emit`) feed the verdict table at the end.
     eprintln!(
         "xtask: running {} scenario(s) in the emulated CXL host ({} vCPUs, {} MiB DRAM + {} MiB CXL), up to {} s",
         scenarios.len(),
@@ -277,8 +272,37 @@ fn demo(
         cfg.cxl_mib,
         cfg.timeout.as_secs()
     );
-    let out = run_streaming(&cfg, &script)?;
-    Ok(ExitCode::from(out.clamp(0, 255) as u8))
+    let out = run_guest(&cfg, &script)?;
+    let series = bench::parse_output(&out.output);
+    let empty = bench::Series::default();
+    let mut table = String::new();
+    let mut behind = Vec::new();
+    let mut header = None;
+    for sc in &scenarios {
+        let m = if modes.is_some() {
+            default_modes.clone()
+        } else {
+            sc.modes(&default_modes)
+        };
+        header.get_or_insert_with(|| bench::verdict_header(&m));
+        let (rows, b) = bench::verdict(sc, series.get(&sc.name).unwrap_or(&empty), &m);
+        table += &rows;
+        behind.extend(b);
+    }
+    println!(
+        "\n## Verdict: kernel tiering vs tierd, same boot (`=` within the metric's tolerance)\n\n{}{table}",
+        header.unwrap_or_default()
+    );
+    if behind.is_empty() {
+        println!("\ntierd is ahead of or equal to kernel tiering on every metric.");
+    } else {
+        println!(
+            "\ntierd is behind kernel tiering on {} metric(s):\n  {}",
+            behind.len(),
+            behind.join("\n  ")
+        );
+    }
+    Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
 }
 
 /// Every `.toml` in benches/scenarios, sorted.
@@ -363,8 +387,9 @@ fn bench_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a script in the guest; its output streams to stdout as it comes.
-fn run_streaming(cfg: &testbed::VmConfig, script: &str) -> Result<i32> {
+/// Runs a script in the guest (its output streams to stdout as it comes
+/// when `cfg` echoes it) and says how it ended.
+fn run_guest(cfg: &testbed::VmConfig, script: &str) -> Result<testbed::VmOutput> {
     let out = testbed::run(cfg, script).context("emulated CXL host")?;
     eprintln!(
         "xtask: guest exited {} after {:.1} s (boot {:.1} s)",
@@ -372,7 +397,7 @@ fn run_streaming(cfg: &testbed::VmConfig, script: &str) -> Result<i32> {
         out.duration.as_secs_f64(),
         out.boot_duration.as_secs_f64()
     );
-    Ok(out.exit_code)
+    Ok(out)
 }
 
 fn setup() -> Result<testbed::Assets> {

@@ -267,6 +267,22 @@ pub struct AccessModel {
     pub weights: Vec<f64>,
     /// Per page, whether it is in the hot set.
     pub hot: Vec<bool>,
+    /// Per page, whether it is among the hottest tenth of the pages (by
+    /// access probability, ties by page index; at least one page).
+    pub top_decile: Vec<bool>,
+}
+
+/// The hottest ⌈n/10⌉ pages by weight (ties: lower page index first).
+fn top_decile(weights: &[f64]) -> Vec<bool> {
+    let n = weights.len();
+    let k = n.div_ceil(10).max(usize::from(n > 0));
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+    let mut top = vec![false; n];
+    for &i in &order[..k.min(n)] {
+        top[i] = true;
+    }
+    top
 }
 
 impl AccessModel {
@@ -284,7 +300,12 @@ impl AccessModel {
             weights[p] = w;
             hot[p] = true;
         }
-        Self { weights, hot }
+        let top_decile = top_decile(&weights);
+        Self {
+            weights,
+            hot,
+            top_decile,
+        }
     }
 
     /// Zipf over pages; the hot set is the most popular pages that together
@@ -298,7 +319,12 @@ impl AccessModel {
             weights[p as usize] = z.table.prob(r);
             hot[p as usize] = r < k;
         }
-        Self { weights, hot }
+        let top_decile = top_decile(&weights);
+        Self {
+            weights,
+            hot,
+            top_decile,
+        }
     }
 
     pub fn pages(&self) -> usize {
@@ -321,6 +347,9 @@ pub struct Placement {
     pub hot_fast_pages: u64,
     /// hot_fast_pages / hot_pages (0 without a hot set).
     pub hot_residency: f64,
+    /// Share of the hottest tenth of the pages (by access probability) on
+    /// fast nodes.
+    pub top10_residency: f64,
     /// Σ p(page) · [page on a fast node].
     pub hit_ratio: f64,
     /// Σ p(page) · latency(node of page); a not-present page counts at
@@ -342,8 +371,15 @@ impl Placement {
         let mut p = Placement::default();
         // Latency lookups per node, not per page.
         let mut lat_cache: BTreeMap<i32, f64> = BTreeMap::new();
-        for ((&node, &w), &hot) in status.iter().zip(&model.weights).zip(&model.hot) {
+        let (mut top, mut top_fast) = (0u64, 0u64);
+        for (((&node, &w), &hot), &is_top) in status
+            .iter()
+            .zip(&model.weights)
+            .zip(&model.hot)
+            .zip(&model.top_decile)
+        {
             p.hot_pages += u64::from(hot);
+            top += u64::from(is_top);
             if node < 0 {
                 p.not_present_pages += 1;
                 p.model_latency_ns += w * absent_latency_ns;
@@ -354,6 +390,7 @@ impl Placement {
             if fast {
                 p.fast_pages += 1;
                 p.hot_fast_pages += u64::from(hot);
+                top_fast += u64::from(is_top);
                 p.hit_ratio += w;
             }
             let lat = *lat_cache.entry(node).or_insert_with(|| latency_ns(node));
@@ -361,6 +398,11 @@ impl Placement {
         }
         // The weights sum to 1 up to rounding.
         p.hit_ratio = p.hit_ratio.clamp(0.0, 1.0);
+        p.top10_residency = if top == 0 {
+            0.0
+        } else {
+            top_fast as f64 / top as f64
+        };
         p.hot_residency = if p.hot_pages == 0 {
             0.0
         } else {
@@ -385,6 +427,7 @@ pub struct Report<'a> {
     pub hot_pages: u64,
     pub hot_fast_pages: u64,
     pub hot_residency: f64,
+    pub top10_residency: f64,
     pub hit_ratio: f64,
     pub model_latency_ns: f64,
     /// Accesses per second since the previous report.
@@ -419,6 +462,7 @@ impl<'a> Report<'a> {
             hot_pages: placement.hot_pages,
             hot_fast_pages: placement.hot_fast_pages,
             hot_residency: placement.hot_residency,
+            top10_residency: placement.top10_residency,
             hit_ratio: placement.hit_ratio,
             model_latency_ns: placement.model_latency_ns,
             accesses_per_s,
@@ -616,6 +660,7 @@ mod tests {
         let m = AccessModel {
             weights: vec![0.7, 0.2, 0.1],
             hot: vec![true, true, false],
+            top_decile: vec![true, false, false],
         };
         let p = Placement::compute(
             &[1, 0, 0],
@@ -626,6 +671,7 @@ mod tests {
         );
         assert_eq!(p.fast_pages, 2);
         assert!(close(p.hot_residency, 0.5));
+        assert_eq!(p.top10_residency, 0.0, "the hottest page is on node 1");
         assert!(close(p.hit_ratio, 0.3));
         assert!(close(p.model_latency_ns, 0.7 * 250.0 + 0.3 * 130.0));
         // Two fast nodes.

@@ -5,10 +5,12 @@
 //! The control law (DESIGN.md "Policy semantics") is documented on [`solve`].
 
 mod bucket;
+mod demand;
 mod model;
 mod solve;
 mod thrash;
 
+pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
 pub use model::*;
 pub use solve::solve;
 

@@ -108,9 +108,32 @@ pub struct Snapshot {
     pub containers: Vec<ContainerSnapshot>,
 }
 
+/// What a container's demand (the bytes it competes for in the
+/// water-filling) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DemandSource {
+    /// Its usage on all nodes. Targets then move only with usage, weights
+    /// and the pool, never with sampling noise, and their sum is
+    /// min(pool, Σ min(usage, local_high)): the split of the fast tier is
+    /// the policy's, and *which* pages fill each share is left to the
+    /// kernel's page-granular signals (LRU age for demotion by
+    /// `memory.reclaim`, NUMA hint faults for promotion). The default: a
+    /// short-window hot set of a skewed-popularity tenant is small and
+    /// unstable, and targets that follow it move pages back and forth
+    /// (docs/NOTES.md "Demand is usage").
+    #[default]
+    Usage,
+    /// Its hot set where a hotness source knows it (`hot_bytes`), else its
+    /// usage; what the hot sets leave of the pool is water-filled again up
+    /// to usage.
+    HotSet,
+}
+
 /// Tunables of the solver, from the daemon config.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyParams {
+    /// Demand of each container: usage (default) or its hot set.
+    pub demand: DemandSource,
     /// Fast-tier bytes kept free for new allocations and promotions.
     pub headroom_bytes: u64,
     /// Hysteresis band: demote only above target + band, promote only below
@@ -160,6 +183,7 @@ impl Default for ThrashParams {
 impl Default for PolicyParams {
     fn default() -> Self {
         PolicyParams {
+            demand: DemandSource::Usage,
             headroom_bytes: 64 << 20,
             band_fraction: 0.05,
             band_min_bytes: 16 << 20,
@@ -200,7 +224,10 @@ pub struct ContainerPlan {
     pub guarantee_bytes: u64,
     /// Fast-tier target, in bytes.
     pub target_bytes: u64,
-    /// Bytes to demote this cycle (after band and rate limits); 0 if none.
+    /// Bytes to demote this cycle (after band, need and rate limits); 0 if
+    /// none. Demotion is work-conserving: beyond what exceeds `local_high`,
+    /// over-target containers together lose at most what the fast tier
+    /// needs this cycle (see [`Plan::need_bytes`]).
     pub demote_bytes: u64,
     /// Promotion budget this cycle (after band and rate limits); 0 if none.
     pub promote_bytes: u64,
@@ -226,6 +253,13 @@ pub struct Plan {
     pub pool_bytes: u64,
     /// True when the guarantees alone exceeded the pool and were scaled down.
     pub guarantees_scaled: bool,
+    /// Fast-tier room needed this cycle, in bytes: the headroom deficit
+    /// (unmanaged + managed fast-tier bytes + headroom − capacity, at least
+    /// 0) plus, for every under-target
+    /// container, min(target − fast, its lower-tier bytes). Demotion below
+    /// `local_high` never exceeds it: a byte is demoted only when an
+    /// under-target container or the headroom needs the room.
+    pub need_bytes: u64,
     /// One entry per container of the snapshot; [`crate::solve`] sorts them
     /// by id.
     pub containers: Vec<ContainerPlan>,

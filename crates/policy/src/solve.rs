@@ -37,8 +37,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::bucket::{whole_bytes, Bucket};
 use crate::model::{
-    ContainerId, ContainerPlan, ContainerSnapshot, PlacementState, Plan, PolicyParams, PolicyState,
-    Snapshot,
+    ContainerId, ContainerPlan, ContainerSnapshot, DemandSource, PlacementState, Plan,
+    PolicyParams, PolicyState, Snapshot,
 };
 
 /// Solves one control cycle: computes each container's fast-tier target and
@@ -86,7 +86,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .saturating_sub(pinned_fast_bytes);
 
     // Rule 2 inputs: demand, resolved bounds, unscaled guarantee.
-    let mut plans: Vec<ContainerPlan> = cs.iter().map(|c| initial_plan(c)).collect();
+    let mut plans: Vec<ContainerPlan> = cs.iter().map(|c| initial_plan(c, params.demand)).collect();
 
     // Guarantee (DESIGN.md rule 1), scaled in proportion when the guarantees
     // alone exceed the pool (rule 2, last sentence).
@@ -210,6 +210,26 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let mut global_promote = Bucket::new(params.global_promote_bytes_per_s, params.burst_s)
         .refill(Some(state.global_promote_tokens), elapsed_ms);
 
+    // Work conservation (DESIGN.md "Placement principles"): bytes above
+    // `local_high` always go; below it, the over-target containers together
+    // give up only the room the fast tier needs this cycle, in proportion
+    // to their excess, so DRAM never empties for nobody.
+    let managed_fast = cs
+        .iter()
+        .fold(0u64, |acc, c| acc.saturating_add(c.fast_bytes));
+    // Headroom deficit = headroom − free, where free = capacity − unmanaged
+    // − managed; written without clamping free at 0, so a snapshot whose
+    // counters overcommit the tier (read at different instants) counts the
+    // whole overcommit as needed room.
+    let headroom_deficit = snapshot
+        .fast_unmanaged_bytes
+        .saturating_add(managed_fast)
+        .saturating_add(params.headroom_bytes)
+        .saturating_sub(snapshot.fast_capacity_bytes);
+    let need_bytes = under
+        .iter()
+        .fold(headroom_deficit, |acc, &(_, w)| acc.saturating_add(w));
+    let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
     }
@@ -250,8 +270,41 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     Plan {
         pool_bytes,
         guarantees_scaled,
+        need_bytes,
         containers: plans,
     }
+}
+
+/// Cuts the demotion wants `over` (index, bytes above target) down to what
+/// the fast tier needs: each container's bytes above its `local_high` are
+/// kept whole (a hard bound), and the rest of every want is scaled by
+/// `min(1, need / Σ rest)`, floored, so the discretionary part sums to at
+/// most `need_bytes`.
+fn limit_to_need(
+    over: Vec<(usize, u64)>,
+    plans: &[ContainerPlan],
+    cs: &[&ContainerSnapshot],
+    need_bytes: u64,
+) -> Vec<(usize, u64)> {
+    let split = |&(i, want): &(usize, u64)| {
+        let above_high = cs[i]
+            .fast_bytes
+            .saturating_sub(plans[i].local_high_bytes)
+            .min(want);
+        (i, above_high, want - above_high)
+    };
+    let rest: u128 = over.iter().map(|w| u128::from(split(w).2)).sum();
+    if rest <= u128::from(need_bytes) {
+        return over;
+    }
+    over.iter()
+        .map(split)
+        .map(|(i, hard, soft)| {
+            let scaled = u128::from(soft) * u128::from(need_bytes) / rest;
+            (i, hard + scaled as u64)
+        })
+        .filter(|&(_, w)| w > 0)
+        .collect()
 }
 
 /// Hands out `wants` (index in id order, bytes wanted) from the per-container
@@ -315,12 +368,15 @@ fn usage_bytes(c: &ContainerSnapshot) -> u64 {
 
 /// Demand, resolved bounds and unscaled guarantee of one container; target,
 /// budgets, state and `memory.low` are filled in later.
-fn initial_plan(c: &ContainerSnapshot) -> ContainerPlan {
+fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
     let usage = usage_bytes(c);
-    // Demand is the hot set where hotness knows it, else usage (DESIGN.md
+    // Demand is usage, or the hot set where hotness knows it (DESIGN.md
     // rule 1). A hot set larger than usage is sampling noise: capped at usage
     // so the pool is never held for memory the container does not have.
-    let demand_bytes = c.hot_bytes.map_or(usage, |h| h.min(usage));
+    let demand_bytes = match demand {
+        DemandSource::Usage => usage,
+        DemandSource::HotSet => c.hot_bytes.map_or(usage, |h| h.min(usage)),
+    };
     let local_high_bytes = c.policy.local_high.resolve(usage);
     let local_low_bytes = c.policy.local_low.resolve(usage).min(local_high_bytes);
     let pinned = c.policy.opt_out;

@@ -9,9 +9,12 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 /// Params that get out of the way: no headroom, no band, effectively
-/// unlimited rates. Each test turns on what it exercises.
+/// unlimited rates, hot-set demand (the rules with hot sets are the
+/// general case; usage demand is hot_bytes = None). Each test turns on what
+/// it exercises.
 fn params() -> PolicyParams {
     PolicyParams {
+        demand: DemandSource::HotSet,
         headroom_bytes: 0,
         band_fraction: 0.0,
         band_min_bytes: 0,
@@ -835,4 +838,112 @@ fn one_way_migration_is_not_ping_pong() {
     let s = snap(GIB, vec![c(2, GIB, 0)]);
     solve(&s, &p, &mut st);
     assert!(!st.thrash.contains_key(&1));
+}
+
+// ---- Work-conserving demotion and usage demand ----------------------------------
+
+#[test]
+fn over_target_container_gives_only_the_room_that_is_needed() {
+    // Pool 1024 MiB (1088 − 64 headroom), band 32 MiB, equal targets of
+    // 512. A holds 552 (40 over: over target), B 492 (20 under: inside the
+    // band, so it needs nothing), and the fast tier is 20 MiB into its
+    // headroom: A gives up those 20 MiB, not the 40 down to its target.
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        headroom_bytes: 64 * MIB,
+        band_min_bytes: 32 * MIB,
+        ..params()
+    };
+    let s = snap(
+        1088 * MIB,
+        vec![c(1, 552 * MIB, 100 * MIB), c(2, 492 * MIB, 200 * MIB)],
+    );
+    let plan = run(&s, &p);
+    let (a, b) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+    assert_eq!((a.target_bytes, b.target_bytes), (512 * MIB, 512 * MIB));
+    assert_eq!(
+        (a.state, b.state),
+        (PlacementState::OverTarget, PlacementState::AtTarget)
+    );
+    assert_eq!(plan.need_bytes, 20 * MIB);
+    assert_eq!(a.demote_bytes, 20 * MIB);
+
+    // Headroom free again (A at 532): nothing is needed, nothing moves.
+    let s = snap(
+        1088 * MIB,
+        vec![c(1, 532 * MIB, 120 * MIB), c(2, 492 * MIB, 200 * MIB)],
+    );
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        ..p
+    };
+    let plan = run(&s, &p);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
+    assert_eq!(plan.need_bytes, 20 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 20 * MIB);
+}
+
+#[test]
+fn need_is_split_over_the_over_target_containers_by_excess() {
+    // Pool 1200 MiB, three 600 MiB tenants, targets 400, band 50 MiB. A is
+    // 120 over, B 60 over, C 30 under (inside the band: it needs nothing),
+    // and the fast tier is 150 MiB into its headroom. A and B give up those
+    // 150 MiB in proportion to their excess: 100 and 50.
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        headroom_bytes: 64 * MIB,
+        band_min_bytes: 50 * MIB,
+        ..params()
+    };
+    let s = snap(
+        1264 * MIB,
+        vec![
+            c(1, 520 * MIB, 80 * MIB),
+            c(2, 460 * MIB, 140 * MIB),
+            c(3, 370 * MIB, 230 * MIB),
+        ],
+    );
+    let plan = run(&s, &p);
+    assert_eq!(plan.pool_bytes, 1200 * MIB);
+    assert_eq!(target(&plan, 1), 400 * MIB);
+    assert_eq!(plan.get(3).unwrap().state, PlacementState::AtTarget);
+    assert_eq!(plan.need_bytes, 150 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 100 * MIB);
+    assert_eq!(plan.get(2).unwrap().demote_bytes, 50 * MIB);
+}
+
+#[test]
+fn bytes_above_local_high_go_whatever_the_need() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        ..params()
+    };
+    // Plenty of room, nobody needs it, but local_high = 50% of 1 GiB.
+    let s = snap(
+        4 * GIB,
+        vec![c(1, 800 * MIB, 224 * MIB).high(Share::Fraction(0.5))],
+    );
+    let plan = run(&s, &p);
+    assert_eq!(plan.need_bytes, 0);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 288 * MIB);
+}
+
+#[test]
+fn usage_demand_ignores_the_hot_set() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        ..params()
+    };
+    let s = snap(
+        GIB,
+        vec![
+            c(1, 700 * MIB, 0).hot(10 * MIB),
+            c(2, 300 * MIB, 400 * MIB).hot(690 * MIB),
+        ],
+    );
+    let plan = run(&s, &p);
+    assert_eq!(target(&plan, 1), 512 * MIB);
+    assert_eq!(target(&plan, 2), 512 * MIB);
+    assert_eq!(plan.get(2).unwrap().demand_bytes, 700 * MIB);
 }

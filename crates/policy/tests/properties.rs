@@ -72,9 +72,11 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0..=GIB,
         0..=4 * GIB,
         0.0..=5.0f64,
+        prop_oneof![Just(DemandSource::Usage), Just(DemandSource::HotSet)],
     )
         .prop_map(
-            |(headroom, frac, band_min, rate, grate, burst)| PolicyParams {
+            |(headroom, frac, band_min, rate, grate, burst, demand)| PolicyParams {
+                demand,
                 headroom_bytes: headroom,
                 band_fraction: frac,
                 band_min_bytes: band_min,
@@ -264,5 +266,108 @@ proptest! {
             prop_assert!(*v as f64 <= allow(p.container_demote_bytes_per_s));
         }
         prop_assert!(global as f64 <= allow(p.global_demote_bytes_per_s));
+    }
+}
+
+/// Two identical tenants (same usage and policy) whose placement and hot
+/// sets differ arbitrarily — the jitter of sampling and of arrival order.
+fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
+    (
+        snapshot(),
+        params(),
+        0..=8 * GIB,
+        any::<prop::sample::Index>(),
+        any::<prop::sample::Index>(),
+        proptest::option::of(0..=16 * GIB),
+        proptest::option::of(0..=16 * GIB),
+        1..=1000u32,
+    )
+        .prop_map(|(mut s, mut p, usage, split_a, split_b, hot_a, hot_b, w)| {
+            p.demand = DemandSource::Usage;
+            let pair = |id, split: prop::sample::Index, hot| ContainerSnapshot {
+                id,
+                name: String::new(),
+                fast_bytes: split.index(usage as usize + 1) as u64,
+                slow_bytes: usage - split.index(usage as usize + 1) as u64,
+                hot_bytes: hot,
+                policy: ContainerPolicy {
+                    weight: w,
+                    ..ContainerPolicy::default()
+                },
+                migrations: Default::default(),
+            };
+            s.containers.push(pair(1, split_a, hot_a));
+            s.containers.push(pair(2, split_b, hot_b));
+            (s, p)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Fair and stable (issue 11): identical tenants with equal weights get
+    /// equal targets (to the rounding byte), however their pages happen to
+    /// be placed and whatever their sampled hot sets say.
+    #[test]
+    fn identical_tenants_get_equal_targets_whatever_the_jitter(
+        (s, p) in identical_pair(),
+    ) {
+        let plan = fresh(&s, &p);
+        let (a, b) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+        prop_assert!(a.target_bytes.abs_diff(b.target_bytes) <= 1, "{a:?} {b:?}");
+    }
+
+    /// With usage demand, the hot-set input changes no target: targets do
+    /// not follow heat noise.
+    #[test]
+    fn usage_demand_targets_do_not_follow_heat(
+        s in snapshot(), p in params(), hots in proptest::collection::vec(
+            proptest::option::of(0..=16 * GIB), 12),
+    ) {
+        let p = PolicyParams { demand: DemandSource::Usage, ..p };
+        let before = fresh(&s, &p);
+        let mut jittered = s.clone();
+        for (c, h) in jittered.containers.iter_mut().zip(hots) {
+            c.hot_bytes = h;
+        }
+        let after = fresh(&jittered, &p);
+        for (x, y) in before.containers.iter().zip(&after.containers) {
+            prop_assert_eq!(x.target_bytes, y.target_bytes);
+        }
+    }
+
+    /// Work conservation, with usage demand: Σ targets = min(pool, Σ
+    /// min(usage, local_high)), exactly.
+    #[test]
+    fn usage_demand_targets_sum_to_min_of_pool_and_usage(s in snapshot(), p in params()) {
+        let p = PolicyParams { demand: DemandSource::Usage, ..p };
+        let plan = fresh(&s, &p);
+        let caps: u128 = shared(&s, &plan).map(|c| u128::from(cap(&s, c))).sum();
+        let sum: u128 = shared(&s, &plan).map(|c| u128::from(c.target_bytes)).sum();
+        prop_assert_eq!(sum, caps.min(u128::from(plan.pool_bytes)));
+    }
+
+    /// Work-conserving demotion: below local_high, the over-target
+    /// containers together are asked for at most the room the fast tier
+    /// needs (headroom deficit + under-target containers' deficits).
+    #[test]
+    fn demotion_below_local_high_never_exceeds_the_need(s in snapshot(), p in params()) {
+        let plan = fresh(&s, &p);
+        let mut discretionary = 0u128;
+        for c in &s.containers {
+            let pc = plan.get(c.id).unwrap();
+            let above_high = c.fast_bytes.saturating_sub(pc.local_high_bytes);
+            discretionary += u128::from(pc.demote_bytes.saturating_sub(above_high));
+        }
+        prop_assert!(discretionary <= u128::from(plan.need_bytes));
+        let managed: u128 = s.containers.iter().map(|c| u128::from(c.fast_bytes)).sum();
+        let deficit = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes))
+            .saturating_sub(u128::from(s.fast_capacity_bytes));
+        let under: u128 = s.containers.iter()
+            .map(|c| (c, plan.get(c.id).unwrap()))
+            .filter(|(_, pc)| pc.state == PlacementState::UnderTarget)
+            .map(|(c, pc)| u128::from(pc.target_bytes.saturating_sub(c.fast_bytes).min(c.slow_bytes)))
+            .sum();
+        prop_assert_eq!(u128::from(plan.need_bytes), (deficit + under).min(u128::from(u64::MAX)));
     }
 }

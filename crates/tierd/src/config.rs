@@ -180,6 +180,29 @@ impl PromotionMode {
     }
 }
 
+/// `[daemon] demand`: what each container competes for in the fair share
+/// (see [`policy::DemandSource`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemandMode {
+    /// The container's usage: stable targets, a fair split of the whole
+    /// fast tier; which pages fill each share is the kernel's LRU and hint
+    /// faults' business.
+    Usage,
+    /// DAMON's hot set (held at its peak, decaying), then usage for what
+    /// the hot sets leave; needs `hotness.source = "damon"`.
+    HotSet,
+}
+
+impl DemandMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DemandMode::Usage => "usage",
+            DemandMode::HotSet => "hot_set",
+        }
+    }
+}
+
 /// Mechanism tierd uses to move pages itself (`promotion = "tierd"`
 /// promotion, and cold-first demotion of containers above target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -213,6 +236,8 @@ pub struct DaemonConfig {
     /// the status shows cgroup names).
     pub metrics_listen: String,
     pub promotion: PromotionMode,
+    /// What each container competes for: `"usage"` or `"hot_set"`.
+    pub demand: DemandMode,
     /// How tierd moves pages itself: `"move_pages"` or `"damos"`.
     pub mover: MoverKind,
     /// Demote cold pages first: containers above target + band lose their
@@ -247,8 +272,9 @@ impl Default for DaemonConfig {
             interval: Duration::from_secs(2),
             metrics_listen: "127.0.0.1:9464".into(),
             promotion: PromotionMode::Kernel,
+            demand: DemandMode::Usage,
             mover: MoverKind::MovePages,
-            cold_demotion: true,
+            cold_demotion: false,
             cold_min_age: Duration::from_secs(5),
             mover_batch: 1024,
             headroom: Bytes(64 << 20),
@@ -265,9 +291,14 @@ impl Default for DaemonConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HotnessSource {
-    /// DAMON `vaddr` monitoring of every managed process.
+    /// DAMON when something in the config uses it (`demand = "hot_set"`,
+    /// `promotion = "tierd"` or `cold_demotion`), else off; resolved to
+    /// one of the two when the config is loaded.
+    Auto,
+    /// DAMON `vaddr` monitoring of every managed process (heat metrics,
+    /// hot-set demand, the movers' choice of regions).
     Damon,
-    /// No sampling: demand is usage (v0 behaviour).
+    /// No DAMON.
     Off,
 }
 
@@ -326,7 +357,7 @@ pub enum HintFaultSource {
 impl Default for HotnessConfig {
     fn default() -> Self {
         HotnessConfig {
-            source: HotnessSource::Damon,
+            source: HotnessSource::Auto,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
             sample_interval: Duration::from_millis(5),
@@ -468,12 +499,23 @@ impl Config {
         Config::validate(raw, path)
     }
 
-    fn validate(raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
+    fn validate(mut raw: RawConfig, path: &Path) -> Result<Config, ConfigError> {
         let bad = |key: &str, reason: String| ConfigError::Invalid {
             path: path.to_owned(),
             key: key.to_owned(),
             reason,
         };
+        if raw.hotness.source == HotnessSource::Auto {
+            let d = &raw.daemon;
+            let used = d.demand == DemandMode::HotSet
+                || d.promotion == PromotionMode::Tierd
+                || d.cold_demotion;
+            raw.hotness.source = if used {
+                HotnessSource::Damon
+            } else {
+                HotnessSource::Off
+            };
+        }
         let d = &raw.daemon;
         if d.interval < Duration::from_millis(100) {
             return Err(bad(
@@ -505,6 +547,12 @@ impl Config {
                     ),
                 ));
             }
+        }
+        if d.demand == DemandMode::HotSet && raw.hotness.source == HotnessSource::Off {
+            return Err(bad(
+                "daemon.demand",
+                "\"hot_set\" takes each container's hot set from DAMON: set hotness.source = \"damon\" (or use demand = \"usage\")".into(),
+            ));
         }
         if d.promotion == PromotionMode::Tierd {
             if raw.hotness.source == HotnessSource::Off {
@@ -697,6 +745,10 @@ impl Config {
     pub fn policy_params(&self) -> PolicyParams {
         let l = &self.limits;
         PolicyParams {
+            demand: match self.daemon.demand {
+                DemandMode::Usage => policy::DemandSource::Usage,
+                DemandMode::HotSet => policy::DemandSource::HotSet,
+            },
             headroom_bytes: self.daemon.headroom.0,
             band_fraction: self.band_fraction,
             band_min_bytes: l.band_min.0,
@@ -809,6 +861,11 @@ mod tests {
                 "daemon.metrics_listen",
             ),
             ("[daemon]\npromotion = \"magic\"\n", "promotion"),
+            ("[daemon]\ndemand = \"hot\"\n", "demand"),
+            (
+                "[daemon]\ndemand = \"hot_set\"\n[hotness]\nsource = \"off\"\n",
+                "daemon.demand",
+            ),
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
             (

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use cgroupctl::{CgroupFs, Limit, NodeSet, ReclaimOutcome};
 use hotness::damon::Damon;
-use policy::{ContainerSnapshot, Migrations, PlacementState, Plan, PolicyState, Snapshot};
+use policy::{
+    ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
+};
 use serde::Serialize;
 
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
@@ -28,14 +30,6 @@ use crate::topology::{zone_reserve_pages, Topology};
 /// Smallest demotion worth a memory.reclaim write: below this the syscall and
 /// the LRU scan cost more than the placement gains.
 const MIN_RECLAIM_BYTES: u64 = 1 << 20;
-
-/// How fast a held hot-set demand falls when DAMON sees less, per second
-/// (a hot set that really shrank is let go within about 15 s to half).
-const DEMAND_DECAY_PER_S: f64 = 0.05;
-
-/// Cycles in a row without a DAMON reading for a container after which its
-/// held demand is dropped and demand falls back to usage.
-const DEMAND_HOLD_MISSES: u32 = 5;
 
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;
@@ -147,16 +141,8 @@ pub struct Controller {
     stat_hint_faults: HashMap<u64, u64>,
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
-    /// Held hot-set demand per container (see `hold_demand`).
-    demand_hold: HashMap<u64, DemandHold>,
-}
-
-/// A container's held hot-set demand, and how many cycles in a row DAMON
-/// gave no reading for it.
-#[derive(Debug, Clone, Copy)]
-struct DemandHold {
-    bytes: u64,
-    misses: u32,
+    /// Held hot-set demand per container (`policy::DemandHolds`).
+    demand_hold: DemandHolds,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -174,47 +160,6 @@ struct Hotness {
     /// Cycle at which to try claiming DAMON again after a failure.
     retry_cycle: u64,
     readings: HashMap<u64, ContainerReading>,
-}
-
-/// The policy's demand input from DAMON's hot bytes, held at its peak
-/// and let down by [`DEMAND_DECAY_PER_S`] of itself per second: one
-/// aggregation's hot bytes swing widely (a region split or merge moves
-/// tens of MiB between "hot" and "warm"), and a target that follows
-/// every swing moves pages both ways. A growing hot set is followed at
-/// once. `None` (no reading this cycle) keeps the decaying hold for up
-/// to [`DEMAND_HOLD_MISSES`] cycles, then clears it (demand = usage).
-fn hold_demand(
-    holds: &mut HashMap<u64, DemandHold>,
-    id: u64,
-    hot: Option<u64>,
-    elapsed_ms: u64,
-) -> Option<u64> {
-    let decay = (1.0 - DEMAND_DECAY_PER_S).powf(elapsed_ms as f64 / 1000.0);
-    let decayed = |h: &DemandHold| (h.bytes as f64 * decay) as u64;
-    let Some(hot) = hot else {
-        // A cycle without regions for a container that had heat (seen
-        // in the emulated host under load: both tenants' demand fell to
-        // their usage for one cycle and their targets swapped) is a
-        // missed reading, not a change of heat.
-        let h = holds.get_mut(&id)?;
-        h.misses += 1;
-        if h.misses > DEMAND_HOLD_MISSES {
-            holds.remove(&id);
-            return None;
-        }
-        h.bytes = decayed(h);
-        return Some(h.bytes);
-    };
-    let held = holds.get(&id).map_or(0, decayed);
-    let v = hot.max(held);
-    holds.insert(
-        id,
-        DemandHold {
-            bytes: v,
-            misses: 0,
-        },
-    );
-    Some(v)
 }
 
 /// When memory.reclaim may take over a container's demotion from the
@@ -353,7 +298,7 @@ impl Controller {
             faults,
             stat_hint_faults: HashMap::new(),
             alive_ids: HashSet::new(),
-            demand_hold: HashMap::new(),
+            demand_hold: DemandHolds::default(),
         };
         c.setup_hotness();
         Ok(c)
@@ -367,6 +312,14 @@ impl Controller {
         let h = &self.cfg.hotness;
         let d = &self.cfg.daemon;
         if h.source == HotnessSource::Off || self.observe_only {
+            if !self.observe_only {
+                tracing::info!(
+                    "DAMON off: demand = {}, promotion = {}, cold_demotion = {} need no heat (set hotness.source = \"damon\" for the heat metrics)",
+                    d.demand.as_str(),
+                    d.promotion.as_str(),
+                    d.cold_demotion
+                );
+            }
             return;
         }
         let want_damos =
@@ -552,8 +505,7 @@ impl Controller {
                 name: m.path.clone(),
                 fast_bytes: fast_b,
                 slow_bytes: slow_b,
-                hot_bytes: hold_demand(
-                    &mut self.demand_hold,
+                hot_bytes: self.demand_hold.hold(
                     m.id,
                     self.hot
                         .readings
@@ -575,7 +527,7 @@ impl Controller {
         self.own_moved
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.demand_hold
-            .retain(|id, _| managed.iter().any(|m| m.id == *id));
+            .retain(|id| managed.iter().any(|m| m.id == id));
         self.sample_hint_faults(&managed, elapsed_ms);
 
         let fast_capacity = self.topo.fast_capacity_bytes();
@@ -1191,6 +1143,7 @@ impl Controller {
         }
         mt.clear_container_gauges();
         mt.fast_pool_bytes.set(gauge_bytes(plan.pool_bytes));
+        mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
         mt.managed_containers.set(managed.len() as i64);
         let lower = self.topo.lower_nodes();
@@ -1334,31 +1287,6 @@ mod tests {
     fn ancestors_of_nested_path() {
         assert_eq!(ancestors("a/b/c"), vec!["a".to_string(), "a/b".to_string()]);
         assert!(ancestors("a").is_empty());
-    }
-
-    #[test]
-    fn held_demand_decays_survives_missed_readings_then_falls_back() {
-        const MIB: u64 = 1 << 20;
-        let mut h = HashMap::new();
-        assert_eq!(hold_demand(&mut h, 1, None, 1000), None);
-        assert_eq!(
-            hold_demand(&mut h, 1, Some(400 * MIB), 1000),
-            Some(400 * MIB)
-        );
-        // Less heat: held, falling 5% per second.
-        assert_eq!(hold_demand(&mut h, 1, Some(0), 1000), Some(380 * MIB));
-        // Missed readings keep the decaying hold ...
-        let mut last = 380 * MIB;
-        for _ in 0..DEMAND_HOLD_MISSES {
-            let v = hold_demand(&mut h, 1, None, 1000).unwrap();
-            assert!(v < last && v > 280 * MIB, "{v}");
-            last = v;
-        }
-        // ... up to a limit, then demand falls back to usage (None).
-        assert_eq!(hold_demand(&mut h, 1, None, 1000), None);
-        assert_eq!(hold_demand(&mut h, 1, Some(10 * MIB), 1000), Some(10 * MIB));
-        // A growing hot set is followed at once; a reading resets the misses.
-        assert_eq!(hold_demand(&mut h, 1, Some(50 * MIB), 1000), Some(50 * MIB));
     }
 
     #[test]

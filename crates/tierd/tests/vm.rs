@@ -718,6 +718,7 @@ emit_node tenants.slice/a
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
+cold_demotion = true
 cold_min_age = "3s"
 mover = "MOVER"
 [[policy]]
@@ -790,6 +791,8 @@ wait_usage tenants.slice/a 60 60 || exit 1
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
+[hotness]
+source = "damon"
 [[policy]]
 match = "tenants.slice/*"
 EOF

@@ -69,6 +69,13 @@ enum Mode {
     /// The scenario's config with `promotion = "tierd"`, `mover = "damos"`
     /// (DAMOS migrate_hot / migrate_cold with per-container quotas).
     TierdDamos,
+    /// The scenario's config with the defaults of tierd before issue 11:
+    /// `demand = "hot_set"` (DAMON's held hot set) and `cold_demotion = true`
+    /// (DAMON's idle regions demoted by move_pages before memory.reclaim).
+    TierdHot,
+    /// The scenario's config with `hotness.source = "damon"` (DAMON heat
+    /// sampled though the policy does not use it: its cost alone).
+    TierdHeat,
 }
 
 impl Mode {
@@ -82,26 +89,42 @@ impl Mode {
             Mode::Tierd => "tierd",
             Mode::TierdPages => "tierd-pages",
             Mode::TierdDamos => "tierd-damos",
+            Mode::TierdHot => "tierd-hot",
+            Mode::TierdHeat => "tierd-heat",
         }
     }
 
     /// The tierd config for this mode: the scenario's, with the promotion
     /// mode and mover forced for the tierd-* modes.
     fn tierd_config(self, text: &str) -> Result<String> {
-        let mover = match self {
+        let set: &[(&str, &str, toml::Value)] = match self {
             Mode::Kernel | Mode::Tierd => return Ok(text.to_owned()),
-            Mode::TierdPages => "move_pages",
-            Mode::TierdDamos => "damos",
+            Mode::TierdPages => &[
+                ("hotness", "source", toml::Value::from("damon")),
+                ("daemon", "promotion", toml::Value::from("tierd")),
+                ("daemon", "mover", toml::Value::from("move_pages")),
+            ],
+            Mode::TierdDamos => &[
+                ("hotness", "source", toml::Value::from("damon")),
+                ("daemon", "promotion", toml::Value::from("tierd")),
+                ("daemon", "mover", toml::Value::from("damos")),
+            ],
+            Mode::TierdHot => &[
+                ("daemon", "demand", toml::Value::from("hot_set")),
+                ("daemon", "cold_demotion", toml::Value::from(true)),
+                ("hotness", "source", toml::Value::from("damon")),
+            ],
+            Mode::TierdHeat => &[("hotness", "source", toml::Value::from("damon"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
-        let d = v
-            .entry("daemon")
-            .or_insert_with(|| toml::Value::Table(Default::default()));
-        let d = d
-            .as_table_mut()
-            .context("tierd_config: [daemon] is not a table")?;
-        d.insert("promotion".into(), "tierd".into());
-        d.insert("mover".into(), mover.into());
+        for (section, key, value) in set {
+            let t = v
+                .entry(*section)
+                .or_insert_with(|| toml::Value::Table(Default::default()))
+                .as_table_mut()
+                .with_context(|| format!("tierd_config: [{section}] is not a table"))?;
+            t.insert((*key).into(), value.clone());
+        }
         Ok(toml::to_string(&v)?)
     }
 }
@@ -161,6 +184,8 @@ struct WorkloadReport {
     #[serde(default)]
     hit_ratio: f64,
     #[serde(default)]
+    top10_residency: Option<f64>,
+    #[serde(default)]
     accesses_per_s: f64,
     #[serde(default)]
     model_latency_ns: f64,
@@ -178,6 +203,8 @@ struct Sample {
     target_bytes: Option<u64>,
     hot_residency: Option<f64>,
     hit_ratio: Option<f64>,
+    /// Share of the workload's hottest tenth of pages on fast nodes.
+    top10_residency: Option<f64>,
     accesses_per_s: Option<f64>,
     /// tierload's modelled mean access latency (accesses × HMAT node
     /// latency): a model, not a measurement.
@@ -509,7 +536,7 @@ fn run_mode(
             fs::write(DEMOTION_ENABLED, "1").context(DEMOTION_ENABLED)?;
             fs::write(NUMA_BALANCING, "2").context(NUMA_BALANCING)?;
         }
-        Mode::Tierd | Mode::TierdPages | Mode::TierdDamos => {
+        Mode::Tierd | Mode::TierdPages | Mode::TierdDamos | Mode::TierdHot | Mode::TierdHeat => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -639,6 +666,7 @@ fn run_mode(
                     target_bytes: target,
                     hot_residency: rep.as_ref().and_then(|r| r.hot_residency),
                     hit_ratio: rep.as_ref().map(|r| r.hit_ratio),
+                    top10_residency: rep.as_ref().and_then(|r| r.top10_residency),
                     accesses_per_s: rep.as_ref().map(|r| r.accesses_per_s),
                     model_latency_ns: rep.as_ref().map(|r| r.model_latency_ns),
                 };
