@@ -1042,6 +1042,32 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
         assert_eq!(below_local_low(&r, 1000), 100.0 * 5.0 + 50.0 * 5.0 + 0.0);
     }
 
+    /// Every shipped scenario loads (and its tierd config parses as TOML),
+    /// at the reference size and scaled.
+    #[test]
+    fn every_scenario_file_loads() {
+        let dir = testbed::workspace_root().join("benches/scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            for dram in [REFERENCE_DRAM_MIB, 2 * REFERENCE_DRAM_MIB] {
+                let scs = load(&p, dram).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                for sc in &scs {
+                    let v: toml::Table = toml::from_str(&sc.text).unwrap();
+                    let cfg = v["tierd_config"].as_str().unwrap();
+                    toml::from_str::<toml::Table>(cfg)
+                        .unwrap_or_else(|e| panic!("{}: tierd_config: {e}", p.display()));
+                    assert!(!sc.containers.is_empty(), "{}", p.display());
+                }
+            }
+            n += 1;
+        }
+        assert!(n >= 12, "only {n} scenario files in {}", dir.display());
+    }
+
     #[test]
     fn sizes_scale_with_the_guest() {
         let mut t: toml::Table = toml::from_str(

@@ -849,6 +849,26 @@ mod tests {
         assert_eq!(c.container_policy(1).local_high, Share::Fraction(0.5));
     }
 
+    /// The tierd config of every shipped scenario (benches/scenarios)
+    /// passes validation: the bench runs what the daemon accepts.
+    #[test]
+    fn scenario_configs_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let v: toml::Table = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let text = v["tierd_config"].as_str().unwrap();
+            let c = Config::parse(text, &p).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!c.policies.is_empty(), "{}", p.display());
+            n += 1;
+        }
+        assert!(n >= 12, "{n} scenario files in {}", dir.display());
+    }
+
     /// Every rejected config names the file and the offending key.
     #[test]
     fn errors_name_file_and_key() {
