@@ -341,32 +341,15 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
         let spread = identical_spread(sc, samples)
             .map(|x| format!("{x:.1}"))
             .unwrap_or_else(|| "–".into());
-        let after: Vec<f64> = host
-            .iter()
-            .filter(|h| f(h, "t_s").unwrap_or(0.0) >= last_start + 1.0)
-            .map(|h| {
-                f(h, "fast_used_bytes").unwrap_or(0.0) / f(h, "fast_total_bytes").unwrap_or(1.0)
-            })
-            .collect();
-        let used = if after.is_empty() {
-            "–".into()
-        } else {
-            format!(
-                "{:.1} / {:.1}",
-                100.0 * after.iter().sum::<f64>() / after.len() as f64,
-                100.0 * after.iter().cloned().fold(f64::INFINITY, f64::min)
-            )
+        let after = dram_used_pct(host, last_start + 1.0);
+        let used = match (mean(&after), min(&after)) {
+            (Some(a), Some(b)) => format!("{a:.1} / {b:.1}"),
+            _ => "–".into(),
         };
-        let rate = |a: &Value, b: &Value| {
-            (f(b, "pgmigrate_success").unwrap_or(0.0) - f(a, "pgmigrate_success").unwrap_or(0.0))
-                / (f(b, "t_s").unwrap_or(0.0) - f(a, "t_s").unwrap_or(0.0)).max(1e-3)
+        let (Some(first), Some(last)) = (host.first(), host.last()) else {
+            continue;
         };
-        let (first, last) = (&host[0], &host[host.len() - 1]);
-        let mid = &host[host.len() / 2];
-        let dt = (f(last, "t_s").unwrap_or(0.0) - f(first, "t_s").unwrap_or(0.0)).max(1e-3);
-        let cpu = 100.0
-            * (f(last, "tierd_cpu_s").unwrap_or(0.0) - f(first, "tierd_cpu_s").unwrap_or(0.0))
-            / dt;
+        let cpu = tierd_cpu_pct(host).unwrap_or(0.0);
         let rss = host
             .iter()
             .filter_map(|h| f(h, "tierd_rss_bytes"))
@@ -376,8 +359,8 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
         let _ = writeln!(
             t,
             "| {mode} | {spread} | {used} | {:.0} / {:.0} | {} | {} |",
-            rate(first, last),
-            rate(mid, last),
+            migrated_per_s(first, last),
+            migrated_per_s_2nd_half(host).unwrap_or(0.0),
             if tierd {
                 format!("{cpu:.2}")
             } else {
@@ -391,6 +374,44 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
         );
     }
     t
+}
+
+/// DRAM used, % of the fast tier, of every host sample from `from_s` on.
+fn dram_used_pct(host: &[Value], from_s: f64) -> Vec<f64> {
+    host.iter()
+        .filter(|h| f(h, "t_s").unwrap_or(0.0) >= from_s)
+        .map(|h| {
+            100.0 * f(h, "fast_used_bytes").unwrap_or(0.0) / f(h, "fast_total_bytes").unwrap_or(1.0)
+        })
+        .collect()
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn min(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().cloned().fold(f64::INFINITY, f64::min))
+}
+
+/// Pages migrated per second (host `pgmigrate_success`) between samples.
+fn migrated_per_s(a: &Value, b: &Value) -> f64 {
+    (f(b, "pgmigrate_success").unwrap_or(0.0) - f(a, "pgmigrate_success").unwrap_or(0.0))
+        / (f(b, "t_s").unwrap_or(0.0) - f(a, "t_s").unwrap_or(0.0)).max(1e-3)
+}
+
+/// Pages migrated per second over the second half of a mode's run.
+fn migrated_per_s_2nd_half(host: &[Value]) -> Option<f64> {
+    Some(migrated_per_s(host.get(host.len() / 2)?, host.last()?))
+}
+
+/// tierd's CPU over a mode's run, % of one core.
+fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
+    let (first, last) = (host.first()?, host.last()?);
+    Some(
+        100.0 * (f(last, "tierd_cpu_s")? - f(first, "tierd_cpu_s")?)
+            / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
+    )
 }
 
 /// Which way a verdict metric is better.
@@ -528,7 +549,6 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
             );
         }
     }
-    let host = |m: &str| s.host.get(m).cloned().unwrap_or_default();
     if sc.containers.len() > 1 {
         let v = modes
             .iter()
@@ -544,66 +564,40 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
             );
         }
     }
+    let host = |m: &str| s.host.get(m).map_or(&[][..], |v| v.as_slice());
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0) as f64;
-    let used = |m: &str| -> Vec<f64> {
-        host(m)
-            .iter()
-            .filter(|h| f(h, "t_s").unwrap_or(0.0) >= last_start + 20.0)
-            .map(|h| {
-                100.0 * f(h, "fast_used_bytes").unwrap_or(0.0)
-                    / f(h, "fast_total_bytes").unwrap_or(1.0)
-            })
-            .collect()
-    };
-    let mean = |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
-    let min =
-        |v: Vec<f64>| (!v.is_empty()).then(|| v.iter().cloned().fold(f64::INFINITY, f64::min));
+    let used: Vec<Vec<f64>> = modes
+        .iter()
+        .map(|m| dram_used_pct(host(m), last_start + 20.0))
+        .collect();
+    let per_mode = |g: &dyn Fn(&str) -> Option<f64>| modes.iter().map(|m| g(m)).collect();
     row(
         "DRAM used, mean (%)".into(),
         Better::Higher,
         0.01,
         1,
-        modes.iter().map(|m| mean(used(m))).collect(),
+        used.iter().map(|u| mean(u)).collect(),
     );
     row(
         "DRAM used, min (%)".into(),
         Better::Higher,
         0.01,
         1,
-        modes.iter().map(|m| min(used(m))).collect(),
+        used.iter().map(|u| min(u)).collect(),
     );
-    let rate_2nd = |m: &str| -> Option<f64> {
-        let h = host(m);
-        let (mid, last) = (h.get(h.len() / 2)?, h.last()?);
-        Some(
-            (f(last, "pgmigrate_success")? - f(mid, "pgmigrate_success")?)
-                / (f(last, "t_s")? - f(mid, "t_s")?).max(1e-3),
-        )
-    };
     row(
         "pages migrated/s, 2nd half".into(),
         Better::Lower,
         0.1,
         0,
-        modes.iter().map(|m| rate_2nd(m)).collect(),
+        per_mode(&|m| migrated_per_s_2nd_half(host(m))),
     );
-    let cpu = |m: &str| -> Option<f64> {
-        if m == "kernel" {
-            return None;
-        }
-        let h = host(m);
-        let (first, last) = (h.first()?, h.last()?);
-        Some(
-            100.0 * (f(last, "tierd_cpu_s")? - f(first, "tierd_cpu_s")?)
-                / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
-        )
-    };
     row(
         "tierd CPU (% of one core, TCG)".into(),
         Better::Lower,
         0.0,
         1,
-        modes.iter().map(|m| cpu(m)).collect(),
+        per_mode(&|m| (m != "kernel").then(|| tierd_cpu_pct(host(m))).flatten()),
     );
     rows
 }
@@ -1112,6 +1106,63 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             "{cfg}"
         );
         assert!(cfg.contains("weight = 100"), "{cfg}");
+    }
+
+    /// The verdict compares each tierd mode with kernel tiering per metric:
+    /// `=` within the metric's tolerance, else `ahead` or `BEHIND` by the
+    /// metric's direction, and lists what is behind.
+    #[test]
+    fn verdict_marks_ahead_equal_and_behind() {
+        let mut out = String::new();
+        // 40 s run, samples every 10 s; tierd: better hit ratio, same
+        // throughput within 3%, more migrations.
+        for (mode, hit, thr, mig) in [("kernel", 0.90, 100.0, 10.0), ("tierd", 0.95, 99.0, 50.0)] {
+            for t in [0, 10, 20, 30, 40] {
+                out += &format!(
+                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"accesses_per_s\":{thr},\"local_ratio\":0.5}}\n"
+                );
+                out += &format!(
+                    "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":{}}}\n",
+                    mig * t as f64,
+                    0.1 * t as f64
+                );
+            }
+        }
+        let s = parse_output(&out);
+        let sc = ScenarioFile {
+            name: "v".into(),
+            text: String::new(),
+            checkpoints_s: vec![],
+            duration_s: 40,
+            containers: vec![ContainerInfo {
+                name: "x".into(),
+                start_s: 0,
+                args: vec![],
+                local_low_mib: None,
+            }],
+            sweep: None,
+            modes: None,
+        };
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        let (rows, behind) = verdict(&sc, &s["v"], &modes);
+        let line = |m: &str| rows.lines().find(|l| l.contains(m)).unwrap().to_string();
+        assert!(
+            line("x: hit ratio").ends_with("| 0.900 | 0.950 | ahead |"),
+            "{rows}"
+        );
+        assert!(line("throughput").ends_with("| = |"), "{rows}");
+        assert!(
+            line("DRAM used, mean").ends_with("| 90.0 | 90.0 | = |"),
+            "{rows}"
+        );
+        assert!(line("migrated").ends_with("| 10 | 50 | BEHIND |"), "{rows}");
+        assert!(line("CPU").ends_with("| – | 10.0 | – |"), "{rows}");
+        assert_eq!(
+            behind,
+            vec!["v / tierd: pages migrated/s, 2nd half".to_string()]
+        );
+        assert!(verdict_header(&modes)
+            .starts_with("| scenario | metric | kernel | tierd | tierd vs kernel |"));
     }
 
     #[test]
