@@ -221,6 +221,8 @@ pub struct Series {
     /// By mode: per-container samples and host samples.
     pub samples: BTreeMap<String, Vec<Value>>,
     pub host: BTreeMap<String, Vec<Value>>,
+    /// By mode: tierd's per-phase cycle profile (`PROFILE` line).
+    pub profile: BTreeMap<String, Value>,
 }
 
 /// Collects `SAMPLE` and `HOST` lines by scenario.
@@ -231,7 +233,7 @@ pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
             Some(x) => x,
             None => continue,
         };
-        if tag != "SAMPLE" && tag != "HOST" {
+        if tag != "SAMPLE" && tag != "HOST" && tag != "PROFILE" {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(rest) else {
@@ -240,6 +242,10 @@ pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
         let sc = v["scenario"].as_str().unwrap_or_default().to_owned();
         let mode = v["mode"].as_str().unwrap_or_default().to_owned();
         let s = by.entry(sc).or_default();
+        if tag == "PROFILE" {
+            s.profile.insert(mode, v);
+            continue;
+        }
         let m = if tag == "SAMPLE" {
             &mut s.samples
         } else {
@@ -255,6 +261,61 @@ fn f(v: &Value, k: &str) -> Option<f64> {
 }
 
 const MIB: f64 = 1048576.0;
+
+/// Phases of tierd's cycle, in the order it runs them
+/// (`tierd_cycle_phase_seconds`).
+const PHASES: [&str; 8] = [
+    "read",
+    "damon",
+    "hint_faults",
+    "solve",
+    "protect",
+    "move",
+    "reclaim",
+    "publish",
+];
+
+/// The Markdown table of tierd's per-phase cycle profile: per scenario and
+/// tierd mode, the mean wall time per cycle of each phase and in all, ms.
+/// Empty when no run printed a profile.
+pub fn profile_table<'a>(runs: impl IntoIterator<Item = (&'a str, &'a Series)>) -> String {
+    let mut t = String::new();
+    for (name, s) in runs {
+        for (mode, p) in &s.profile {
+            let cycles = p["cycles"].as_f64().unwrap_or(0.0);
+            if cycles <= 0.0 {
+                continue;
+            }
+            let phases = p["phases"].as_array().cloned().unwrap_or_default();
+            let ms = |name: &str| {
+                phases
+                    .iter()
+                    .find(|x| x[0].as_str() == Some(name))
+                    .and_then(|x| x[1].as_f64())
+                    .map_or(0.0, |v| 1e3 * v / cycles)
+            };
+            let _ = write!(t, "| {name} | {mode} | {cycles:.0} |");
+            let mut total = 0.0;
+            for ph in PHASES {
+                total += ms(ph);
+                let _ = write!(t, " {:.2} |", ms(ph));
+            }
+            let _ = writeln!(t, " {total:.2} |");
+        }
+    }
+    if t.is_empty() {
+        return t;
+    }
+    let mut h = String::from(
+        "\ntierd's cycle, wall time per phase (ms per cycle, mean):\n\n| scenario | mode | cycles |",
+    );
+    for ph in PHASES {
+        h += &format!(" {ph} |");
+    }
+    h += " total |\n|---|---|---|";
+    h += &"---|".repeat(PHASES.len() + 1);
+    h + "\n" + &t
+}
 
 /// The Markdown table of one scenario: one row per (mode, container) and
 /// one per mode for host-wide figures.
@@ -414,6 +475,19 @@ fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
     )
 }
 
+/// CPU spent on tiering over a mode's run, % of one core: tierd's own plus
+/// the kernel's tiering threads (kswapd, kdamond), so that kernel tiering's
+/// reclaim and tierd's memory.reclaim (run in tierd's context) are counted
+/// alike. `None` for samples without the kernel threads' time.
+fn tiering_cpu_pct(host: &[Value]) -> Option<f64> {
+    let (first, last) = (host.first()?, host.last()?);
+    let used = |k| Some(f(last, k)? - f(first, k)?);
+    Some(
+        100.0 * (used("tierd_cpu_s").unwrap_or(0.0) + used("kernel_tiering_cpu_s")?)
+            / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
+    )
+}
+
 /// Which way a verdict metric is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Better {
@@ -427,6 +501,8 @@ struct VerdictRow {
     better: Better,
     /// Relative tolerance within which two values count as equal.
     tolerance: f64,
+    /// The container a per-container row is about (None: host-wide).
+    container: Option<String>,
     values: Vec<Option<f64>>,
     /// Decimal places printed.
     digits: usize,
@@ -453,10 +529,17 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
     let mut rows = Vec::new();
     let end = sc.duration_s as f64;
     let mut row = |metric: String, better, tolerance, digits, values| {
+        // Per-container rows are named "<container>: <metric>".
+        let container = sc
+            .containers
+            .iter()
+            .find(|c| metric.starts_with(&format!("{}: ", c.name)))
+            .map(|c| c.name.clone());
         rows.push(VerdictRow {
             metric,
             better,
             tolerance,
+            container,
             values,
             digits,
         })
@@ -599,6 +682,13 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
         1,
         per_mode(&|m| (m != "kernel").then(|| tierd_cpu_pct(host(m))).flatten()),
     );
+    row(
+        "tiering CPU: tierd + kswapd + kdamond (% of one core)".into(),
+        Better::Lower,
+        0.1,
+        1,
+        per_mode(&|m| tiering_cpu_pct(host(m))),
+    );
     rows
 }
 
@@ -622,9 +712,10 @@ pub fn verdict_header(modes: &[String]) -> String {
 
 /// The verdict rows of one scenario (under [`verdict_header`]): a row per
 /// metric, a column per mode, and per tierd mode whether it is ahead of or
-/// equal to kernel tiering (`=` within the metric's tolerance, `ahead`, or
-/// `BEHIND`). Returns the rows and the metrics on which a tierd mode is
-/// behind.
+/// equal to kernel tiering (`=` within the metric's tolerance, `ahead`,
+/// `policy` — behind on a container that kernel tiering gave more than its
+/// fair share, see [`above_share`] — or `BEHIND`). Returns the rows and the
+/// metrics on which a tierd mode is behind (`policy` rows are not).
 pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<String>) {
     let rows = verdict_rows(sc, s, modes);
     let kernel = modes.iter().position(|m| m == "kernel");
@@ -651,7 +742,10 @@ pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<
             for &i in &tierd_modes {
                 let cmp = match (r.values[k], r.values[i]) {
                     (Some(kv), Some(tv)) => {
-                        let slack = r.tolerance * kv.abs().max(tv.abs());
+                        // Relative tolerance, and never finer than one
+                        // unit of the displayed precision (0 vs 1 page/s).
+                        let slack = (r.tolerance * kv.abs().max(tv.abs()))
+                            .max(10f64.powi(-(r.digits as i32)));
                         let ahead = match r.better {
                             Better::Higher => tv - kv,
                             Better::Lower => kv - tv,
@@ -660,6 +754,10 @@ pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<
                             "="
                         } else if ahead > 0.0 {
                             "ahead"
+                        } else if r.container.as_deref().is_some_and(|c| {
+                            above_share(s, c, &modes[k], &modes[i], sc.duration_s as f64)
+                        }) {
+                            "policy"
                         } else {
                             behind.push(format!("{} / {}: {}", sc.name, modes[i], r.metric));
                             "BEHIND"
@@ -673,6 +771,30 @@ pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<
         t.push('\n');
     }
     (t, behind)
+}
+
+/// Whether kernel tiering gave a container more than its share: its mean
+/// fast-tier bytes over the last quarter of the run under `kernel` exceed
+/// its mean target under `tierd` over the same span by more than 5%. A
+/// tierd mode behind on such a container's own metrics is behind because
+/// the policy (weights, guarantees of others) says so, not by failing it.
+fn above_share(s: &Series, container: &str, kernel: &str, tierd: &str, end: f64) -> bool {
+    let last_quarter = |mode: &str, key: &str| {
+        let mine: Vec<&Value> = s
+            .samples
+            .get(mode)
+            .map(|v| v.iter().filter(|x| x["container"] == container).collect())
+            .unwrap_or_default();
+        let last = mine.last().and_then(|v| f(v, "t_s")).unwrap_or(end);
+        mean_from(&mine, key, 0.75 * last)
+    };
+    match (
+        last_quarter(kernel, "fast_bytes"),
+        last_quarter(tierd, "target_bytes"),
+    ) {
+        (Some(held), Some(share)) => held > 1.05 * share,
+        _ => false,
+    }
 }
 
 /// MiB × s a container's fast-tier bytes spent below its `local_low`, from
@@ -869,6 +991,7 @@ pub fn write_all(
         tbl += "\nVerdict (kernel tiering vs tierd, same boot):\n\n";
         tbl += &verdict_header(modes);
         tbl += &v;
+        tbl += &profile_table([(sc.name.as_str(), s)]);
         std::fs::write(dir.join("table.md"), &tbl)?;
         report += &tbl;
         if plots {
@@ -1111,25 +1234,9 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
     /// The verdict compares each tierd mode with kernel tiering per metric:
     /// `=` within the metric's tolerance, else `ahead` or `BEHIND` by the
     /// metric's direction, and lists what is behind.
-    #[test]
-    fn verdict_marks_ahead_equal_and_behind() {
-        let mut out = String::new();
-        // 40 s run, samples every 10 s; tierd: better hit ratio, same
-        // throughput within 3%, more migrations.
-        for (mode, hit, thr, mig) in [("kernel", 0.90, 100.0, 10.0), ("tierd", 0.95, 99.0, 50.0)] {
-            for t in [0, 10, 20, 30, 40] {
-                out += &format!(
-                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"accesses_per_s\":{thr},\"local_ratio\":0.5}}\n"
-                );
-                out += &format!(
-                    "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":{}}}\n",
-                    mig * t as f64,
-                    0.1 * t as f64
-                );
-            }
-        }
-        let s = parse_output(&out);
-        let sc = ScenarioFile {
+    /// Scenario "v": one container "x" from 0 s, 40 s long.
+    fn scenario_v() -> ScenarioFile {
+        ScenarioFile {
             name: "v".into(),
             text: String::new(),
             checkpoints_s: vec![],
@@ -1142,7 +1249,33 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             }],
             sweep: None,
             modes: None,
-        };
+        }
+    }
+
+    #[test]
+    fn verdict_marks_ahead_equal_and_behind() {
+        let mut out = String::new();
+        // 40 s run, samples every 10 s; tierd: better hit ratio, same
+        // throughput within 3%, more migrations; kswapd+kdamond 20% of a
+        // core under kernel tiering, 5% (+ tierd's 10%) under tierd.
+        for (mode, hit, thr, mig, kthreads) in [
+            ("kernel", 0.90, 100.0, 10.0, 0.2),
+            ("tierd", 0.95, 99.0, 50.0, 0.05),
+        ] {
+            for t in [0, 10, 20, 30, 40] {
+                out += &format!(
+                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"accesses_per_s\":{thr},\"local_ratio\":0.5}}\n"
+                );
+                out += &format!(
+                    "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":{},\"kernel_tiering_cpu_s\":{}}}\n",
+                    mig * t as f64,
+                    if mode == "kernel" { 0.0 } else { 0.1 * t as f64 },
+                    kthreads * t as f64
+                );
+            }
+        }
+        let s = parse_output(&out);
+        let sc = scenario_v();
         let modes = vec!["kernel".to_string(), "tierd".to_string()];
         let (rows, behind) = verdict(&sc, &s["v"], &modes);
         let line = |m: &str| rows.lines().find(|l| l.contains(m)).unwrap().to_string();
@@ -1156,13 +1289,74 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             "{rows}"
         );
         assert!(line("migrated").ends_with("| 10 | 50 | BEHIND |"), "{rows}");
-        assert!(line("CPU").ends_with("| – | 10.0 | – |"), "{rows}");
+        assert!(line("tierd CPU").ends_with("| – | 10.0 | – |"), "{rows}");
+        assert!(
+            line("tiering CPU").ends_with("| 20.0 | 15.0 | ahead |"),
+            "{rows}"
+        );
         assert_eq!(
             behind,
             vec!["v / tierd: pages migrated/s, 2nd half".to_string()]
         );
         assert!(verdict_header(&modes)
             .starts_with("| scenario | metric | kernel | tierd | tierd vs kernel |"));
+    }
+
+    #[test]
+    fn behind_on_a_container_kernel_gave_more_than_its_share_is_policy() {
+        // Kernel tiering holds x at `held` MiB; tierd's target for it is
+        // 400 MiB and its hit ratio lower.
+        let run = |held: u64| {
+            let mut out = String::new();
+            for (mode, hit, fast, target) in [
+                ("kernel", 0.99, held, "null".to_string()),
+                ("tierd", 0.95, 400, (400u64 << 20).to_string()),
+            ] {
+                for t in [0, 10, 20, 30, 40] {
+                    out += &format!(
+                        "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"fast_bytes\":{},\"target_bytes\":{target}}}\n",
+                        fast << 20
+                    );
+                }
+            }
+            let sc = scenario_v();
+            let modes = vec!["kernel".to_string(), "tierd".to_string()];
+            verdict(&sc, &parse_output(&out)["v"], &modes)
+        };
+        // 600 MiB held > 1.05 × 400: the policy, not a failure.
+        let (rows, behind) = run(600);
+        assert!(
+            rows.contains("| x: hit ratio | 0.990 | 0.950 | policy |"),
+            "{rows}"
+        );
+        assert!(behind.is_empty(), "{behind:?}");
+        // 410 MiB is within 5% of the share: behind is behind.
+        let (rows, behind) = run(410);
+        assert!(
+            rows.contains("| x: hit ratio | 0.990 | 0.950 | BEHIND |"),
+            "{rows}"
+        );
+        assert_eq!(behind, vec!["v / tierd: x: hit ratio".to_string()]);
+    }
+
+    #[test]
+    fn profile_lines_become_a_per_phase_table() {
+        let out = "PROFILE {\"scenario\":\"s\",\"mode\":\"tierd\",\"cycles\":10,\
+                   \"phases\":[[\"read\",0.01],[\"solve\",0.002],[\"reclaim\",0.05]]}\n\
+                   SAMPLE {\"scenario\":\"s\",\"mode\":\"tierd\",\"t_s\":0}\n";
+        let series = parse_output(out);
+        let t = profile_table([("s", &series["s"])]);
+        assert!(t.contains(
+            "| read | damon | hint_faults | solve | protect | move | reclaim | publish | total |"
+        ));
+        // Totals over 10 cycles: 10 ms read, 2 ms solve, 50 ms reclaim.
+        assert!(
+            t.contains(
+                "| s | tierd | 10 | 1.00 | 0.00 | 0.00 | 0.20 | 0.00 | 0.00 | 5.00 | 0.00 | 6.20 |"
+            ),
+            "{t}"
+        );
+        assert!(profile_table([("s", &Series::default())]).is_empty());
     }
 
     #[test]
@@ -1197,6 +1391,189 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             ]
         );
         assert!(check(&problems, &[]).is_err());
+    }
+
+    /// Runs `benches/scenarios/<file>` in the emulated host under `modes`
+    /// for `duration_s` (a shortened run) and returns its series. Needs the
+    /// release binaries (`cargo xtask test` builds them).
+    fn run_scenario(file: &str, modes: &[&str], duration_s: u64) -> Series {
+        let bins = testbed::guest_binaries(&["tierd", "tierctl", "tierload", "tierscen"])
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e:#}\nrun the VM tests through `cargo xtask test`, which builds the binaries"
+                )
+            });
+        let path = testbed::workspace_root()
+            .join("benches/scenarios")
+            .join(file);
+        let sc = load(&path, REFERENCE_DRAM_MIB).unwrap().remove(0);
+        let d = tempfile::tempdir().unwrap();
+        let staged = d.path().join("scenario.toml");
+        std::fs::write(&staged, &sc.text).unwrap();
+        let guest = format!("/scenarios/{}.toml", sc.name);
+        let modes: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
+        let cfg = testbed::VmConfig {
+            binaries: bins,
+            files: vec![(staged, guest.clone())],
+            timeout: std::time::Duration::from_secs(120 + modes.len() as u64 * (duration_s + 60)),
+            ..Default::default()
+        };
+        let out = testbed::run(
+            &cfg,
+            &script(&[(sc.clone(), guest)], &modes, Some(duration_s)),
+        )
+        .unwrap_or_else(|e| panic!("emulated CXL host failed: {e:#}"));
+        assert_eq!(out.exit_code, 0, "{}", out.output);
+        let mut series = parse_output(&out.output);
+        series
+            .remove(&sc.name)
+            .unwrap_or_else(|| panic!("no samples of {}:\n{}", sc.name, out.output))
+    }
+
+    /// A mode's samples of one container, by time (s, rounded).
+    fn by_time<'a>(s: &'a Series, mode: &str, container: &str) -> BTreeMap<i64, &'a Value> {
+        s.samples[mode]
+            .iter()
+            .filter(|v| v["container"] == container)
+            .map(|v| (f(v, "t_s").unwrap_or(0.0).round() as i64, v))
+            .collect()
+    }
+
+    /// skew.toml, shortened: two 600 MiB cache tenants with Zipf 0.6 and
+    /// 1.2 popularity and equal weights get the same share of DRAM (targets
+    /// within 2% of the fast tier at every sample from 30 s, fast-tier bytes
+    /// within 10% at the end), and the skewed one, whose accesses
+    /// concentrate on fewer pages, has the higher hit ratio from it.
+    #[test]
+    fn skewed_and_flat_tenants_get_equal_dram_and_different_hit_ratios() {
+        let s = run_scenario("skew.toml", &["tierd"], 50);
+        let fast_total = f(s.host["tierd"].last().unwrap(), "fast_total_bytes").unwrap();
+        let (flat, skewed) = (by_time(&s, "tierd", "flat"), by_time(&s, "tierd", "skewed"));
+        let mut checked = 0;
+        for (t, a) in flat.range(30..) {
+            let Some(b) = skewed.get(t) else { continue };
+            let (ta, tb) = (f(a, "target_bytes").unwrap(), f(b, "target_bytes").unwrap());
+            assert!(
+                (ta - tb).abs() <= 0.02 * fast_total,
+                "t = {t} s: targets {ta} vs {tb} differ by more than 2% of {fast_total}"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 3, "too few samples from 30 s: {checked}");
+        let (a, b) = (
+            flat.values().last().unwrap(),
+            skewed.values().last().unwrap(),
+        );
+        let (fa, fb) = (f(a, "fast_bytes").unwrap(), f(b, "fast_bytes").unwrap());
+        assert!(
+            (fa - fb).abs() <= 0.10 * fast_total,
+            "fast-tier bytes at the end {fa} vs {fb}"
+        );
+        let (ha, hb) = (f(a, "hit_ratio").unwrap(), f(b, "hit_ratio").unwrap());
+        assert!(hb > ha, "hit ratio skewed {hb} <= flat {ha}");
+    }
+
+    /// paced-pair.toml, shortened: two identical 700 MiB Zipf(0.9) cache
+    /// tenants paced at 300k accesses/s (sparse hotness signals), 1.4× more
+    /// footprint than DRAM. Under tierd both end at ≥ 0.85 hit ratio (issue
+    /// 11's bar; ideal equal split ≈ 0.93), the worse of the two no lower
+    /// than the worse under kernel tiering in the same boot (which favours
+    /// the first), and their DRAM within 10% of the fast tier of each other.
+    #[test]
+    fn paced_pair_both_tenants_reach_the_hit_ratio_bar() {
+        let s = run_scenario("paced-pair.toml", &["kernel", "tierd"], 60);
+        let fast_total = f(s.host["tierd"].last().unwrap(), "fast_total_bytes").unwrap();
+        let last = |mode: &str, c: &str| {
+            let v = by_time(&s, mode, c);
+            let v = *v.values().last().unwrap();
+            (f(v, "hit_ratio").unwrap(), f(v, "fast_bytes").unwrap())
+        };
+        let (ka, kb) = (last("kernel", "paced-a"), last("kernel", "paced-b"));
+        let (ta, tb) = (last("tierd", "paced-a"), last("tierd", "paced-b"));
+        let worst = ta.0.min(tb.0);
+        assert!(
+            worst >= 0.85,
+            "tierd hit ratios {} / {} (bar 0.85)",
+            ta.0,
+            tb.0
+        );
+        assert!(
+            worst >= ka.0.min(kb.0) - 0.02,
+            "tierd's worse tenant {worst} below kernel tiering's {} / {}",
+            ka.0,
+            kb.0
+        );
+        assert!(
+            (ta.1 - tb.1).abs() <= 0.10 * fast_total,
+            "fast-tier bytes {} vs {}",
+            ta.1,
+            tb.1
+        );
+    }
+
+    /// hetero.toml, shortened: an `opt_out` service stays wholly on DRAM,
+    /// the `local_low` 250 MiB tenant holds its guarantee (less a 16 MiB
+    /// band) from 30 s, the weight-300 tenant's share is at least the
+    /// guaranteed one's while the batch tenant runs, and within 10 s of the
+    /// batch tenant's exit (at ~55 s) the others' targets take its share: each
+    /// reaches its whole usage (the pool now exceeds what they use).
+    #[test]
+    fn heterogeneous_tenants_keep_their_policies_and_re_spread_an_exit() {
+        let s = run_scenario("hetero.toml", &["tierd"], 80);
+        const MIB_F: f64 = MIB;
+        let pinned = by_time(&s, "tierd", "pinned");
+        for (t, v) in pinned.range(15..) {
+            let r = f(v, "local_ratio").unwrap();
+            assert!(r >= 0.99, "t = {t} s: opt_out service {r} on DRAM");
+        }
+        let g = by_time(&s, "tierd", "guaranteed");
+        for (t, v) in g.range(30..) {
+            let fast = f(v, "fast_bytes").unwrap() / MIB_F;
+            assert!(
+                fast >= 250.0 - 16.0,
+                "t = {t} s: guaranteed tenant at {fast:.0} MiB"
+            );
+        }
+        let heavy = by_time(&s, "tierd", "heavy");
+        for t in [30, 40, 50] {
+            let (Some(h), Some(gv)) = (heavy.get(&t), g.get(&t)) else {
+                continue;
+            };
+            let (th, tg) = (
+                f(h, "target_bytes").unwrap(),
+                f(gv, "target_bytes").unwrap(),
+            );
+            assert!(
+                th >= tg,
+                "t = {t} s: weight-300 target {th} < guaranteed's {tg}"
+            );
+        }
+        // The batch tenant's last sample with memory: its exit.
+        let batch = by_time(&s, "tierd", "batch");
+        let exit = batch
+            .iter()
+            .filter(|(_, v)| {
+                f(v, "fast_bytes").unwrap_or(0.0) + f(v, "lower_bytes").unwrap_or(0.0) > 0.0
+            })
+            .map(|(t, _)| *t)
+            .max()
+            .expect("batch tenant never ran");
+        assert!(
+            (45..=70).contains(&exit),
+            "batch tenant last seen at {exit} s"
+        );
+        for (name, series) in [("guaranteed", &g), ("heavy", &heavy)] {
+            let (t, v) = series
+                .range(exit + 10..)
+                .next()
+                .unwrap_or_else(|| panic!("no {name} sample 10 s after the exit at {exit} s"));
+            let usage = f(v, "fast_bytes").unwrap() + f(v, "lower_bytes").unwrap();
+            let target = f(v, "target_bytes").unwrap();
+            assert!(
+                target >= 0.95 * usage,
+                "t = {t} s: {name} target {target} below its usage {usage} after the exit"
+            );
+        }
     }
 
     /// The harness end to end at small size, so it cannot silently rot: a

@@ -56,6 +56,24 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The verdict table again, from a saved `demo` or `bench` output (the
+    /// `SAMPLE`/`HOST`/`PROFILE` lines), without running anything.
+    Verdict {
+        /// The saved output (e.g. `cargo xtask demo > demo.log`).
+        #[arg(long)]
+        log: PathBuf,
+        /// Scenario files the output came from (default: the demo's).
+        #[arg(long = "scenario", value_name = "FILE")]
+        scenarios: Vec<PathBuf>,
+        /// Modes run for every scenario, comma-separated (default: each
+        /// scenario's own, else kernel,tierd).
+        #[arg(long)]
+        modes: Option<String>,
+        /// DRAM of the emulated host the output came from, MiB (scenario
+        /// sizes scale with it).
+        #[arg(long, default_value_t = 1024)]
+        dram_mib: u64,
+    },
     /// The main job: tierd managing real containers in the emulated CXL host,
     /// each scenario under kernel tiering only and then under tierd, same boot.
     Demo {
@@ -183,6 +201,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Demo { vm, run, modes } => demo(vm, run.scenarios, run.duration_s, modes),
+        Cmd::Verdict {
+            log,
+            mut scenarios,
+            modes,
+            dram_mib,
+        } => {
+            if scenarios.is_empty() {
+                let dir = testbed::workspace_root().join("benches/scenarios");
+                scenarios = DEMO_SCENARIOS.iter().map(|f| dir.join(f)).collect();
+            }
+            let mut expanded = Vec::new();
+            for f in &scenarios {
+                expanded.extend(bench::load(f, dram_mib)?);
+            }
+            let output = std::fs::read_to_string(&log)
+                .with_context(|| format!("cannot read {}", log.display()))?;
+            print_verdict(&expanded, &output, modes.as_deref());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Bench {
             vm,
             run,
@@ -273,12 +310,26 @@ fn demo(
         cfg.timeout.as_secs()
     );
     let out = run_guest(&cfg, &script)?;
-    let series = bench::parse_output(&out.output);
+    print_verdict(&scenarios, &out.output, modes.as_deref());
+    Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
+}
+
+/// Prints the verdict table (kernel tiering vs each tierd mode, per
+/// scenario) and tierd's cycle profile from tierscen's `--emit` output.
+/// `modes`: the modes run for every scenario (None: each scenario's own,
+/// else kernel,tierd).
+fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<&str>) {
+    let default_modes: Vec<String> = modes
+        .unwrap_or("kernel,tierd")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let series = bench::parse_output(output);
     let empty = bench::Series::default();
     let mut table = String::new();
     let mut behind = Vec::new();
     let mut header = None;
-    for sc in &scenarios {
+    for sc in scenarios {
         let m = if modes.is_some() {
             default_modes.clone()
         } else {
@@ -290,8 +341,14 @@ fn demo(
         behind.extend(b);
     }
     println!(
-        "\n## Verdict: kernel tiering vs tierd, same boot (`=` within the metric's tolerance)\n\n{}{table}",
-        header.unwrap_or_default()
+        "\n## Verdict: kernel tiering vs tierd, same boot\n\n`=` within the metric's tolerance; `policy`: behind on a container that kernel \
+         tiering gave more than its fair share (its fast-tier bytes > 1.05 × tierd's target for it).\n\n{}{table}{}",
+        header.unwrap_or_default(),
+        bench::profile_table(
+            scenarios
+                .iter()
+                .filter_map(|sc| Some((sc.name.as_str(), series.get(&sc.name)?)))
+        )
     );
     if behind.is_empty() {
         println!("\ntierd is ahead of or equal to kernel tiering on every metric.");
@@ -302,7 +359,6 @@ fn demo(
             behind.join("\n  ")
         );
     }
-    Ok(ExitCode::from(out.exit_code.clamp(0, 255) as u8))
 }
 
 /// Every `.toml` in benches/scenarios, sorted.

@@ -384,6 +384,12 @@ impl CgroupFs {
         self.write(rel, "memory.low", value.to_string().as_bytes())
     }
 
+    /// Writes `memory.min` (`max` or bytes; the kernel rounds down to pages):
+    /// hard protection, never reclaimed (cgroup-v2.rst "memory.min").
+    pub fn set_memory_min(&self, rel: &str, value: Limit) -> Result<()> {
+        self.write(rel, "memory.min", value.to_string().as_bytes())
+    }
+
     /// Writes `cpuset.mems`. In cgroup v2 the cgroup's existing pages are
     /// then migrated to the new nodes, asynchronously. The empty set (inherit
     /// the parent's nodes) is written as a lone newline, as `echo >` does.

@@ -151,6 +151,10 @@ pub struct PolicyParams {
     pub burst_s: f64,
     /// Ping-pong detection and damping.
     pub thrash: ThrashParams,
+    /// Window over which an under-target container must have grown on the
+    /// fast tier (or arrived) for its deficit to count as need, in ms (see
+    /// [`Plan::need_bytes`]).
+    pub need_window_ms: u64,
 }
 
 /// Thrash control (DESIGN.md rule 4). Ping-pong is estimated per container
@@ -193,6 +197,7 @@ impl Default for PolicyParams {
             global_promote_bytes_per_s: 256 << 20,
             burst_s: 2.0,
             thrash: ThrashParams::default(),
+            need_window_ms: 10_000,
         }
     }
 }
@@ -231,11 +236,24 @@ pub struct ContainerPlan {
     pub demote_bytes: u64,
     /// Promotion budget this cycle (after band and rate limits); 0 if none.
     pub promote_bytes: u64,
-    /// Value for `memory.low`, in bytes: the container's usage (full
-    /// protection from kswapd demotion) while its fast-tier bytes are at most
-    /// its target, and for pinned containers; 0 once it holds more than its
-    /// target, so kswapd demotes from those first.
+    /// Protection by `memory.low`, in bytes: the container's usage (full
+    /// protection from kswapd demotion; the daemon writes it as `max`, since
+    /// the kernel compares with `memory.current`, which also counts kernel
+    /// memory) while its fast-tier bytes are at most its target, and for
+    /// pinned containers; 0 once it holds more than its target, so kswapd
+    /// demotes from those first.
     pub memory_low_bytes: u64,
+    /// Protection by `memory.min`, in bytes (written as `max` when not 0,
+    /// like `memory_low_bytes`): the container's usage while its
+    /// fast-tier bytes are at or under its guarantee + band (and it is not
+    /// above its target), else 0. With the multi-gen LRU (6.1+, Debian's
+    /// default) `memory.low` only orders reclaim: `shrink_one` in
+    /// mm/vmscan.c moves a memcg below its low to the tail once, then
+    /// reclaims it anyway, so kswapd demotes protected containers below
+    /// their `local_low`; `memory.min` is never reclaimed
+    /// (`mem_cgroup_below_min`). Like `memory.low` it covers total usage,
+    /// which is why it is the whole usage and only near the guarantee.
+    pub memory_min_bytes: u64,
     pub state: PlacementState,
     /// Thrash damping level (0 = none): promotion budget ÷ 2^level, the
     /// promotion side of the band × 2^level (the demotion side is unchanged:
@@ -255,8 +273,11 @@ pub struct Plan {
     pub guarantees_scaled: bool,
     /// Fast-tier room needed this cycle, in bytes: the headroom deficit
     /// (unmanaged + managed fast-tier bytes + headroom − capacity, at least
-    /// 0) plus, for every under-target
-    /// container, min(target − fast, its lower-tier bytes). Demotion below
+    /// 0) plus, for every under-target container that claims room (arrived
+    /// within [`PolicyParams::need_window_ms`] or grew on the fast tier by
+    /// [`crate::solve::CLAIM_GROWTH_BYTES`] over it), min(target − fast, its
+    /// lower-tier bytes).
+    /// Demotion below
     /// `local_high` never exceeds it: a byte is demoted only when an
     /// under-target container or the headroom needs the room.
     pub need_bytes: u64,
@@ -289,6 +310,10 @@ pub struct PolicyState {
     /// Sum of `elapsed_ms` over all snapshots: the policy's own clock.
     pub clock_ms: u64,
     pub thrash: std::collections::BTreeMap<ContainerId, ThrashState>,
+    /// Per container, (clock_ms, fast-tier bytes) of the snapshots inside
+    /// `need_window_ms` (plus the one just before it).
+    pub fast_history:
+        std::collections::BTreeMap<ContainerId, std::collections::VecDeque<(u64, u64)>>,
 }
 
 /// Per-container thrash detector state (see [`ThrashParams`]).

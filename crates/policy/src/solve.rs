@@ -23,7 +23,9 @@
 //! 6. **Protection.** `memory.low` = usage for containers at or under target
 //!    (so kswapd skips them; the kernel computes `memory.low` on total usage,
 //!    not per tier), 0 for containers over target; pinned containers get
-//!    their usage and are never demoted.
+//!    their usage and are never demoted. `memory.min` = usage for containers
+//!    at or under target whose fast-tier bytes are within a band of their
+//!    guarantee (the multi-gen LRU reclaims below `memory.low` anyway).
 //!
 //! All arithmetic on bytes is integer (u64, with u128 intermediates), so the
 //! targets of non-pinned containers sum to at most the pool, exactly. The
@@ -226,9 +228,27 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .saturating_add(managed_fast)
         .saturating_add(params.headroom_bytes)
         .saturating_sub(snapshot.fast_capacity_bytes);
-    let need_bytes = under
-        .iter()
-        .fold(headroom_deficit, |acc, &(_, w)| acc.saturating_add(w));
+    // Fast-tier bytes of every container over the claim window.
+    let mut history = std::mem::take(&mut state.fast_history);
+    let window_ms = params.need_window_ms;
+    for c in &cs {
+        let q = history.entry(c.id).or_default();
+        q.push_back((now_ms, c.fast_bytes));
+        // Keep the last entry at or before the window's start: the front
+        // is then the first snapshot ever only while it is inside it.
+        while q.len() > 1 && q[1].0.saturating_add(window_ms) <= now_ms {
+            q.pop_front();
+        }
+    }
+    history.retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
+    let need_bytes = under.iter().fold(headroom_deficit, |acc, &(i, w)| {
+        if claims_room(&history[&cs[i].id], now_ms, window_ms) {
+            acc.saturating_add(w)
+        } else {
+            acc
+        }
+    });
+    state.fast_history = history;
     let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
@@ -258,6 +278,18 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 usage_bytes(c)
             }
         };
+        // A guarantee is hard where it is at stake: memory.low alone is only
+        // an ordering under the multi-gen LRU (see ContainerPlan).
+        let at_stake = p.guarantee_bytes > 0
+            && c.fast_bytes
+                <= p.guarantee_bytes
+                    .saturating_add(band_bytes(params, p.guarantee_bytes));
+        p.memory_min_bytes =
+            if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && at_stake {
+                p.memory_low_bytes
+            } else {
+                0
+            };
     }
 
     // New state: exactly the containers of this snapshot (prunes the rest).
@@ -274,6 +306,37 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         containers: plans,
     }
 }
+
+/// Whether an under-target container claims room: it arrived within the
+/// window, or its fast-tier bytes rose by [`CLAIM_GROWTH_BYTES`] over it.
+/// Room made for a container that does not grow into it is filled by the
+/// kernel's promotion of whoever takes hint faults (often the container
+/// just demoted, over its target again), or stays empty: demoting for it
+/// only moves pages back and forth.
+///
+/// `history` holds (clock ms, fast bytes) oldest first, from the last entry
+/// at or before the window's start (if any) to this cycle's.
+fn claims_room(
+    history: &std::collections::VecDeque<(u64, u64)>,
+    now_ms: u64,
+    window_ms: u64,
+) -> bool {
+    let Some(&(first_t, _)) = history.front() else {
+        return true;
+    };
+    if first_t.saturating_add(window_ms) > now_ms {
+        return true;
+    }
+    let now = history.back().map_or(0, |&(_, b)| b);
+    let low = history.iter().map(|&(_, b)| b).min().unwrap_or(now);
+    now >= low.saturating_add(CLAIM_GROWTH_BYTES)
+}
+
+/// Growth of fast-tier bytes over [`PolicyParams::need_window_ms`] that
+/// shows an under-target container taking the room made for it (4 MiB: a
+/// thousand base pages, above the jitter of `memory.numa_stat` between
+/// samples of an idle container).
+pub const CLAIM_GROWTH_BYTES: u64 = 4 << 20;
 
 /// Cuts the demotion wants `over` (index, bytes above target) down to what
 /// the fast tier needs: each container's bytes above its `local_high` are
@@ -394,6 +457,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         demote_bytes: 0,
         promote_bytes: 0,
         memory_low_bytes: 0,
+        memory_min_bytes: 0,
         damping_level: 0,
         pingpong_bytes_per_s: 0,
         state: if pinned {

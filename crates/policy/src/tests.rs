@@ -24,6 +24,7 @@ fn params() -> PolicyParams {
         global_promote_bytes_per_s: 1 << 50,
         burst_s: 1.0,
         thrash: ThrashParams::default(),
+        need_window_ms: 10_000,
     }
 }
 
@@ -946,4 +947,86 @@ fn usage_demand_ignores_the_hot_set() {
     assert_eq!(target(&plan, 1), 512 * MIB);
     assert_eq!(target(&plan, 2), 512 * MIB);
     assert_eq!(plan.get(2).unwrap().demand_bytes, 700 * MIB);
+}
+
+#[test]
+fn an_under_target_container_claims_room_only_while_it_arrives_or_grows() {
+    // Pool 1024, two 700 MiB tenants, targets 512. A holds 612 (100 over),
+    // B 412 with 288 below (100 under).
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        need_window_ms: 10_000,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 612 * MIB, 88 * MIB), c(2, 412 * MIB, 288 * MIB)],
+    );
+    // Within the window after its arrival B claims its whole deficit.
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
+    assert_eq!(plan.need_bytes, 100 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 100 * MIB);
+    s.elapsed_ms = 5_000;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 100 * MIB);
+    // A window after arrival, B has not grown (the room made for it was
+    // not taken): no need, and A keeps the DRAM nobody would fill.
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 0);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    // B grows by 6 MiB (≥ 4 MiB) within the window: it claims again.
+    s.elapsed_ms = 2_000;
+    s.containers[0].fast_bytes = 606 * MIB;
+    s.containers[1].fast_bytes = 418 * MIB;
+    s.containers[1].slow_bytes = 282 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 94 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 94 * MIB);
+    // 2 MiB of growth is jitter, not a claim: a window later it lapses.
+    s.elapsed_ms = 10_000;
+    s.containers[1].fast_bytes = 420 * MIB;
+    s.containers[1].slow_bytes = 280 * MIB;
+    s.containers[0].fast_bytes = 604 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 0);
+    // A container gone from the snapshot leaves no history behind.
+    s.containers.truncate(1);
+    solve(&s, &p, &mut st);
+    assert_eq!(st.fast_history.len(), 1);
+}
+
+#[test]
+fn memory_min_guards_a_guarantee_only_where_it_is_at_stake() {
+    // Pool 1024 MiB; the steady service (400 MiB, local_low 350 MiB) and a
+    // neighbour (800 MiB). Usage demand: steady's target is its 400 MiB.
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        ..params()
+    };
+    let steady = |fast: u64| c(1, fast * MIB, (400 - fast) * MIB).low(Share::Bytes(350 * MIB));
+    let min_of = |fast: u64, noisy_fast: u64| {
+        let s = snap(
+            1024 * MIB,
+            vec![
+                steady(fast),
+                c(2, noisy_fast * MIB, (800 - noisy_fast) * MIB),
+            ],
+        );
+        let plan = run(&s, &p);
+        let c = plan.get(1).unwrap().clone();
+        (
+            c.memory_min_bytes,
+            c.memory_low_bytes,
+            plan.get(2).unwrap().memory_min_bytes,
+        )
+    };
+    // At its target, far above the guarantee + band (366 MiB): memory.low only.
+    assert_eq!(min_of(400, 600), (0, 400 * MIB, 0));
+    // Demoted to 360 MiB (within the band of 350): memory.min = its usage.
+    assert_eq!(min_of(360, 600), (400 * MIB, 400 * MIB, 0));
+    // Below the guarantee: still min; the neighbour, without a guarantee,
+    // never gets one.
+    assert_eq!(min_of(300, 600).0, 400 * MIB);
+    assert_eq!(min_of(300, 600).2, 0);
 }

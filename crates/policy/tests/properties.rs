@@ -86,6 +86,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 global_promote_bytes_per_s: grate / 2,
                 burst_s: burst,
                 thrash: ThrashParams::default(),
+                need_window_ms: 10_000,
             },
         )
 }

@@ -763,6 +763,7 @@ impl Config {
                 settle_ms: l.thrash_settle.as_millis() as u64,
                 max_level: 4,
             },
+            need_window_ms: 10_000,
         }
     }
 }

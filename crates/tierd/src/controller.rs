@@ -22,7 +22,7 @@ use crate::hintfaults::HintFaults;
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerFaultLabels, ContainerLabels,
     ContainerNodeLabels, ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics,
-    MoveFailureLabels, MoveLabels, NodeLabels, PromotionLabels,
+    MoveFailureLabels, MoveLabels, NodeLabels, PhaseLabels, PromotionLabels,
 };
 use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::topology::{zone_reserve_pages, Topology};
@@ -101,6 +101,10 @@ pub struct ContainerStatus {
     pub local_high_bytes: u64,
     pub target_bytes: u64,
     pub memory_low_bytes: u64,
+    /// memory.min written (a guarantee at stake), bytes; absent in older
+    /// tierd's /status.
+    #[serde(default)]
+    pub memory_min_bytes: u64,
     pub demote_bytes: u64,
     pub promote_bytes: u64,
     pub state: String,
@@ -124,7 +128,8 @@ pub struct Controller {
     policy_state: PolicyState,
     last_cycle: Option<Instant>,
     counters: HashMap<u64, MemcgCounters>,
-    low_written: BTreeMap<String, Written<Limit>>,
+    /// memory.low and memory.min written, by (knob, cgroup path).
+    protect_written: BTreeMap<(Protection, String), Written<Limit>>,
     mems_written: BTreeMap<String, Written<NodeSet>>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
@@ -233,6 +238,63 @@ fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
     }
 }
 
+/// The value written for a protection the policy gives in bytes: 0 stays 0,
+/// anything else is `max`. The policy protects a container's whole usage
+/// (memory.numa_stat: anon + file per node), but the kernel compares the
+/// effective protection with `memory.current`, which also counts kernel
+/// memory (page tables, slab: 620 KiB above anon + file in the captured
+/// 6.12 cgroup) — `mem_cgroup_below_low`/`_below_min` in
+/// include/linux/memcontrol.h need protection ≥ `memory.current` — so
+/// writing the usage in bytes protects nothing under the multi-gen LRU and
+/// only most of it under the classic LRU's proportional scan.
+fn protection_limit(bytes: u64) -> Limit {
+    if bytes == 0 {
+        Limit::Bytes(0)
+    } else {
+        Limit::Max
+    }
+}
+
+/// The cgroup protection knobs tierd writes (cgroup-v2.rst "Memory
+/// Protection"): both cover a memcg's total usage, `low` best effort, `min`
+/// hard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Protection {
+    Low,
+    Min,
+}
+
+impl Protection {
+    fn file(self) -> &'static str {
+        match self {
+            Protection::Low => "memory.low",
+            Protection::Min => "memory.min",
+        }
+    }
+
+    /// Error label of `tierd_container_reclaim_errors`.
+    fn metric(self) -> &'static str {
+        match self {
+            Protection::Low => "memory_low",
+            Protection::Min => "memory_min",
+        }
+    }
+
+    fn read(self, cg: &CgroupFs, path: &str) -> cgroupctl::Result<Limit> {
+        match self {
+            Protection::Low => cg.memory_low(path),
+            Protection::Min => cg.memory_min(path),
+        }
+    }
+
+    fn write(self, cg: &CgroupFs, path: &str, value: Limit) -> cgroupctl::Result<()> {
+        match self {
+            Protection::Low => cg.set_memory_low(path, value),
+            Protection::Min => cg.set_memory_min(path, value),
+        }
+    }
+}
+
 /// Cycles between attempts to claim DAMON after it was unavailable (busy
 /// with someone else's kdamonds): about a minute at the default interval.
 const DAMON_RETRY_CYCLES: u64 = 30;
@@ -287,7 +349,7 @@ impl Controller {
             policy_state: PolicyState::default(),
             last_cycle: None,
             counters: HashMap::new(),
-            low_written: BTreeMap::new(),
+            protect_written: BTreeMap::new(),
             mems_written: BTreeMap::new(),
             metrics,
             status,
@@ -465,7 +527,10 @@ impl Controller {
             .context("cannot refresh per-node free memory")?;
         let fast = self.topo.fast_nodes();
         let managed = self.discover()?;
+        let mut phase = started;
+        self.lap(&mut phase, "read");
         self.sample_heat(&managed);
+        self.lap(&mut phase, "damon");
 
         let mut snaps = Vec::with_capacity(managed.len());
         let mut per_node: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
@@ -528,7 +593,9 @@ impl Controller {
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.demand_hold
             .retain(|id| managed.iter().any(|m| m.id == id));
+        self.lap(&mut phase, "read");
         self.sample_hint_faults(&managed, elapsed_ms);
+        self.lap(&mut phase, "hint_faults");
 
         let fast_capacity = self.topo.fast_capacity_bytes();
         let fast_free = self.topo.fast_free_bytes();
@@ -542,6 +609,7 @@ impl Controller {
             containers: snaps,
         };
         let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
+        self.lap(&mut phase, "solve");
         if plan.guarantees_scaled {
             tracing::warn!(
                 pool_bytes = plan.pool_bytes,
@@ -550,10 +618,11 @@ impl Controller {
         }
 
         if !self.observe_only {
-            self.actuate(&managed, &plan, &fast);
+            self.actuate(&managed, &plan, &fast, &mut phase);
         }
         self.forget_vanished(&managed);
         self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
+        self.lap(&mut phase, "publish");
         self.cycles += 1;
         self.metrics
             .loop_duration_seconds
@@ -695,6 +764,18 @@ impl Controller {
         }
     }
 
+    /// Adds the wall time since `*since` to `phase`'s counter
+    /// (`tierd_cycle_phase_seconds`, the per-phase profile of the cycle) and
+    /// restarts the clock.
+    fn lap(&self, since: &mut Instant, phase: &'static str) {
+        let now = Instant::now();
+        self.metrics
+            .cycle_phase_seconds
+            .get_or_create(&PhaseLabels { phase })
+            .inc_by(now.duration_since(*since).as_secs_f64());
+        *since = now;
+    }
+
     fn count_error(&self, container: &str, what: &str, e: &cgroupctl::Error) {
         let errno = match e {
             cgroupctl::Error::Io { source, .. } => source
@@ -715,36 +796,58 @@ impl Controller {
     /// Writes memory.low and cpuset.mems where they changed, then demotes.
     /// Protection goes first so that kswapd skips at-target containers while
     /// the reclaim below frees fast-tier memory.
-    fn actuate(&mut self, managed: &[Managed], plan: &Plan, fast: &NodeSet) {
-        let mut ancestor_low: BTreeMap<String, u64> = BTreeMap::new();
+    fn actuate(&mut self, managed: &[Managed], plan: &Plan, fast: &NodeSet, phase: &mut Instant) {
+        // Which (knob, ancestor) pairs have a protected managed child.
+        let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             if p.state == PlacementState::Pinned && !self.mems_written.contains_key(&m.path) {
                 self.pin(m, fast);
             }
-            self.write_low(&m.path, m.id, Limit::Bytes(p.memory_low_bytes));
-            for a in ancestors(&m.path) {
-                *ancestor_low.entry(a).or_default() += p.memory_low_bytes;
+            for (knob, bytes) in [
+                (Protection::Low, p.memory_low_bytes),
+                (Protection::Min, p.memory_min_bytes),
+            ] {
+                // memory.min is written only once it is wanted: a host
+                // without guarantees never sees tierd touch it.
+                if knob == Protection::Min
+                    && bytes == 0
+                    && !self.protect_written.contains_key(&(knob, m.path.clone()))
+                {
+                    continue;
+                }
+                self.write_protection(knob, &m.path, m.id, protection_limit(bytes));
+                for a in ancestors(&m.path) {
+                    *ancestor_sum.entry((knob, a)).or_default() |= bytes > 0;
+                }
             }
         }
-        // memory.low is hierarchical: a child's protection is capped by its
-        // parent's (cgroup-v2.rst, "Memory Protection"), so every ancestor
-        // below the root must protect at least the sum of its children.
-        for (path, sum) in ancestor_low {
-            let id = self.cg.cgroup_id(&path).unwrap_or(0);
-            let keep = match self.cg.memory_low(&path) {
-                Ok(Limit::Max) => continue,
-                Ok(Limit::Bytes(b)) if !self.low_written.contains_key(&path) && b >= sum => {
-                    continue
-                }
-                Ok(_) => sum,
-                Err(_) => continue,
+        // Protection is hierarchical: a child's is capped by its parent's
+        // (cgroup-v2.rst, "Memory Protection"), so every ancestor below the
+        // root of a protected container is protected as fully (`max`); with
+        // none protected below it, what it had before tierd (0 if tierd wrote
+        // nothing there).
+        for ((knob, path), protected) in ancestor_sum {
+            let written = self
+                .protect_written
+                .get(&(knob, path.clone()))
+                .map(|w| w.original);
+            let want = match (protected, written) {
+                (true, _) => Limit::Max,
+                (false, Some(original)) => original,
+                (false, None) => continue,
             };
-            self.write_low(&path, id, Limit::Bytes(keep));
+            let id = self.cg.cgroup_id(&path).unwrap_or(0);
+            if written.is_none() && knob.read(&self.cg, &path).is_ok_and(|v| v == want) {
+                continue;
+            }
+            self.write_protection(knob, &path, id, want);
         }
+        self.lap(phase, "protect");
         // tierd's own moves (hot promotion, cold-first demotion), then
         // memory.reclaim (LRU order) for whatever demotion is left.
         let moved_down = self.regulated_moves(managed, plan);
+        self.lap(phase, "move");
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             let demote = p
@@ -780,6 +883,9 @@ impl Controller {
                 }
             }
         }
+        // The kernel's demotion work runs in the writer's context: this phase
+        // is where tierd's CPU goes when it demotes.
+        self.lap(phase, "reclaim");
     }
 
     /// Promotion by tierd (`promotion = "tierd"`) and cold-first demotion
@@ -997,26 +1103,27 @@ impl Controller {
         }
     }
 
-    fn write_low(&mut self, path: &str, id: u64, value: Limit) {
-        if let Some(w) = self.low_written.get(path) {
+    fn write_protection(&mut self, knob: Protection, path: &str, id: u64, value: Limit) {
+        let key = (knob, path.to_owned());
+        if let Some(w) = self.protect_written.get(&key) {
             if w.id == id && w.current == value {
                 return;
             }
         }
-        let original = match self.low_written.get(path) {
+        let original = match self.protect_written.get(&key) {
             Some(w) if w.id == id => w.original,
-            _ => match self.cg.memory_low(path) {
+            _ => match knob.read(&self.cg, path) {
                 Ok(v) => v,
                 Err(e) => {
-                    tracing::debug!(container = %path, error = %e, "memory.low unreadable; skipped");
+                    tracing::debug!(container = %path, error = %e, "{} unreadable; skipped", knob.file());
                     return;
                 }
             },
         };
-        match self.cg.set_memory_low(path, value) {
+        match knob.write(&self.cg, path, value) {
             Ok(()) => {
-                self.low_written.insert(
-                    path.to_owned(),
+                self.protect_written.insert(
+                    key,
                     Written {
                         id,
                         original,
@@ -1026,8 +1133,8 @@ impl Controller {
             }
             Err(cgroupctl::Error::Vanished(_)) => {}
             Err(e) => {
-                tracing::warn!(container = %path, error = %e, "cannot write memory.low");
-                self.count_error(path, "memory_low", &e);
+                tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());
+                self.count_error(path, knob.metric(), &e);
             }
         }
     }
@@ -1071,7 +1178,7 @@ impl Controller {
             managed.iter().any(|m| m.path == path && m.id == id)
                 || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
         };
-        self.low_written.retain(|p, w| alive(p, w.id));
+        self.protect_written.retain(|(_, p), w| alive(p, w.id));
         self.mems_written.retain(|p, w| alive(p, w.id));
     }
 
@@ -1092,12 +1199,15 @@ impl Controller {
             }
         }
         self.hot = Hotness::default();
-        for (path, w) in std::mem::take(&mut self.low_written).into_iter().rev() {
+        // Reverse order: memory.min before memory.low, and children (longer
+        // paths) before their parents, so no child is ever capped below the
+        // value it is being restored to.
+        for ((knob, path), w) in std::mem::take(&mut self.protect_written).into_iter().rev() {
             if self.cg.cgroup_id(&path).ok() != Some(w.id) {
                 continue;
             }
-            if let Err(e) = self.cg.set_memory_low(&path, w.original) {
-                tracing::warn!(container = %path, error = %e, "cannot restore memory.low");
+            if let Err(e) = knob.write(&self.cg, &path, w.original) {
+                tracing::warn!(container = %path, error = %e, "cannot restore {}", knob.file());
             }
         }
         for (path, w) in std::mem::take(&mut self.mems_written) {
@@ -1196,10 +1306,10 @@ impl Controller {
                     s.fast_bytes as f64 / usage as f64
                 });
             let Some(p) = plan.get(m.id) else { continue };
-            let written_low = if self.observe_only {
-                0
+            let (written_low, written_min) = if self.observe_only {
+                (0, 0)
             } else {
-                p.memory_low_bytes
+                (p.memory_low_bytes, p.memory_min_bytes)
             };
             for (family, bytes) in [
                 (&mt.container_target_bytes, p.target_bytes),
@@ -1208,6 +1318,7 @@ impl Controller {
                 (&mt.container_local_low_bytes, p.local_low_bytes),
                 (&mt.container_local_high_bytes, p.local_high_bytes),
                 (&mt.container_memory_low_bytes, written_low),
+                (&mt.container_memory_min_bytes, written_min),
             ] {
                 family.get_or_create(&c).set(gauge_bytes(bytes));
             }
@@ -1261,6 +1372,7 @@ impl Controller {
                 local_high_bytes: p.local_high_bytes,
                 target_bytes: p.target_bytes,
                 memory_low_bytes: p.memory_low_bytes,
+                memory_min_bytes: p.memory_min_bytes,
                 demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
                 promote_bytes: if self.observe_only {
                     0

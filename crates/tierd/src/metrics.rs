@@ -16,6 +16,18 @@ pub struct ContainerLabels {
     pub container: String,
 }
 
+/// Phase of a control cycle, for [`Metrics::cycle_phase_seconds`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// `read` (free memory, cgroup discovery, memory.numa_stat and
+    /// memory.stat), `damon` (heat sampling), `hint_faults` (probe or memcg
+    /// counters), `solve`, `protect` (memory.low, cpuset.mems writes),
+    /// `move` (tierd's own page moves), `reclaim` (memory.reclaim: the
+    /// kernel's demotion work, done in tierd's context) or `publish`
+    /// (metrics and /status).
+    pub phase: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerNodeLabels {
     pub container: String,
@@ -156,6 +168,7 @@ pub struct Metrics {
     pub container_local_low_bytes: Family<ContainerLabels, Gauge>,
     pub container_local_high_bytes: Family<ContainerLabels, Gauge>,
     pub container_memory_low_bytes: Family<ContainerLabels, Gauge>,
+    pub container_memory_min_bytes: Family<ContainerLabels, Gauge>,
     pub container_state: Family<ContainerStateLabels, Gauge>,
     pub container_demote_requested_bytes: Family<ContainerLabels, Counter>,
     pub container_reclaim_short: Family<ContainerLabels, Counter>,
@@ -186,6 +199,8 @@ pub struct Metrics {
     pub tiered: Gauge,
     pub managed_containers: Gauge,
     pub loop_duration_seconds: Histogram,
+    /// Wall time spent per cycle phase, summed over cycles (seconds).
+    pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub loop_errors: Counter,
     info: Family<InfoLabels, Gauge>,
 }
@@ -211,6 +226,7 @@ impl Metrics {
             container_local_low_bytes: reg!("tierd_container_local_low_bytes", "Configured local_low resolved to bytes", Family::default()),
             container_local_high_bytes: reg!("tierd_container_local_high_bytes", "Configured local_high resolved to bytes", Family::default()),
             container_memory_low_bytes: reg!("tierd_container_memory_low_bytes", "memory.low protection written by tierd", Family::default()),
+            container_memory_min_bytes: reg!("tierd_container_memory_min_bytes", "memory.min protection written by tierd (a local_low guarantee at stake)", Family::default()),
             container_state: reg!("tierd_container_state", "1 for the container's placement state (over_target, under_target, at_target, pinned)", Family::default()),
             container_demote_requested_bytes: reg!("tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote", Family::default()),
             container_reclaim_short: reg!("tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)", Family::default()),
@@ -241,6 +257,7 @@ impl Metrics {
             tiered: reg!("tierd_host_tiered", "1 when the host has a lower memory tier and tierd actuates; 0 in observe-only mode", Gauge::default()),
             managed_containers: reg!("tierd_managed_containers", "Containers matched by a policy this cycle", Gauge::default()),
             loop_duration_seconds: reg!("tierd_loop_duration_seconds", "Duration of one control-loop cycle (sample, solve, actuate)", Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
+            cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: read, damon, hint_faults, solve, protect, move, reclaim, publish", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
             info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),
             registry: r,
@@ -266,6 +283,7 @@ impl Metrics {
         self.container_local_low_bytes.clear();
         self.container_local_high_bytes.clear();
         self.container_memory_low_bytes.clear();
+        self.container_memory_min_bytes.clear();
         self.container_state.clear();
         self.container_hot_bytes.clear();
         self.container_heat_bytes.clear();

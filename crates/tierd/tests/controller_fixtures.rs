@@ -91,8 +91,36 @@ fn container_under_target_is_protected_with_its_usage() {
     let usage = 67252224 + 50331648 + 16777216;
     assert_eq!(p.target_bytes, usage);
     assert_eq!(p.demote_bytes, 0);
-    assert_eq!(read(&root, "memory.low"), usage.to_string());
+    // Full protection is written as max: memory.current (135000064 in the
+    // capture) exceeds anon + file by its kernel memory, and the kernel
+    // protects only when the protection covers memory.current.
+    assert_eq!(p.memory_low_bytes, usage);
+    assert_eq!(read(&root, "memory.low"), "max");
     assert_eq!(read(&root, "memory.reclaim"), "", "nothing to demote");
+    // Its 117.6 MiB on the fast tier are within the band of its guarantee
+    // (min(usage, 200 MiB) = 128 MiB): the guarantee is held hard.
+    assert_eq!(p.guarantee_bytes, usage);
+    assert_eq!(p.memory_min_bytes, usage);
+    assert_eq!(read(&root, "memory.min"), "max");
+    // tierd writes cgroup files without truncating them (the kernel parses
+    // each write whole); these are plain files, so empty them first.
+    for f in ["memory.min", "memory.low"] {
+        std::fs::write(root.join(APP).join(f), "").unwrap();
+    }
+    c.restore();
+    assert_eq!(read(&root, "memory.min"), "0");
+    assert_eq!(read(&root, "memory.low"), "0");
+}
+
+#[test]
+fn no_guarantee_no_memory_min_write() {
+    let (_dir, root) = host();
+    std::fs::write(root.join(APP).join("memory.min"), "4096").unwrap();
+    let (mut c, _, _) = controller(&root, "");
+    c.cycle().unwrap();
+    assert_eq!(read(&root, "memory.min"), "4096", "memory.min untouched");
+    c.restore();
+    assert_eq!(read(&root, "memory.min"), "4096");
 }
 
 #[test]

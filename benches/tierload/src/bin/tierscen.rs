@@ -420,6 +420,51 @@ struct ModeResult {
     samples: Vec<Sample>,
     host: Vec<HostSample>,
     converged_s: Option<f64>,
+    profile: Option<CycleProfile>,
+}
+
+/// Where tierd's cycles spent their wall time, from its /metrics at the end
+/// of a mode (`tierd_cycle_phase_seconds_total{phase}`,
+/// `tierd_loop_duration_seconds_count`).
+#[derive(Debug, Clone, Serialize)]
+struct CycleProfile {
+    scenario: String,
+    mode: String,
+    cycles: u64,
+    /// (phase, seconds summed over all cycles), in the order tierd runs them.
+    phases: Vec<(String, f64)>,
+}
+
+/// Parses the cycle count and the per-phase seconds out of a /metrics text;
+/// `None` when either is missing (a tierd without the profile, or no cycle).
+fn cycle_profile(metrics: &str) -> Option<(u64, Vec<(String, f64)>)> {
+    let mut cycles = None;
+    let mut phases = Vec::new();
+    for line in metrics.lines() {
+        let Some((key, val)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if key == "tierd_loop_duration_seconds_count" {
+            cycles = val.parse().ok();
+        } else if let Some(rest) = key.strip_prefix("tierd_cycle_phase_seconds_total{phase=\"") {
+            if let (Some(name), Ok(v)) = (rest.strip_suffix("\"}"), val.parse::<f64>()) {
+                phases.push((name.to_string(), v));
+            }
+        }
+    }
+    const ORDER: [&str; 8] = [
+        "read",
+        "damon",
+        "hint_faults",
+        "solve",
+        "protect",
+        "move",
+        "reclaim",
+        "publish",
+    ];
+    phases.sort_by_key(|(p, _)| ORDER.iter().position(|o| o == p).unwrap_or(ORDER.len()));
+    let cycles = cycles.filter(|&c| c > 0)?;
+    (!phases.is_empty()).then_some((cycles, phases))
 }
 
 /// Host-wide state at one sample: fast-tier use and the kernel's migration
@@ -440,6 +485,25 @@ struct HostSample {
     /// kernel-only mode.
     tierd_cpu_s: f64,
     tierd_rss_bytes: u64,
+    /// CPU time so far of the kernel's tiering threads (`kswapd*`: reclaim
+    /// and demotion; `kdamond*`: DAMON), user + system seconds: what kernel
+    /// tiering spends where tierd spends its own CPU.
+    kernel_tiering_cpu_s: f64,
+}
+
+/// CPU seconds (utime + stime) of the `kswapd*` and `kdamond*` kernel threads.
+fn kernel_tiering_cpu_s() -> f64 {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.starts_with("kswapd") || c.starts_with("kdamond"))
+        })
+        .map(|pid| proc_usage(pid).0)
+        .sum()
 }
 
 /// CPU seconds (utime + stime) and VmRSS of a process, from /proc.
@@ -483,6 +547,7 @@ fn host_sample(t_s: f64, fast: &[u32], tierd: Option<u32>) -> HostSample {
     if let Some(pid) = tierd {
         (h.tierd_cpu_s, h.tierd_rss_bytes) = proc_usage(pid);
     }
+    h.kernel_tiering_cpu_s = kernel_tiering_cpu_s();
     for n in fast {
         let p = format!("/sys/devices/system/node/node{n}/meminfo");
         let text = fs::read_to_string(&p).unwrap_or_default();
@@ -714,13 +779,23 @@ fn run_mode(
         }
         thread::sleep(Duration::from_millis(200));
     }
-    if mode.is_tierd() && cli.metrics {
-        println!("--- tierd /metrics at the end of {} ---", sc.name);
-        print!(
-            "{}",
-            http_get(&addr, "/metrics")
-                .unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n"))
-        );
+    let mut profile = None;
+    if mode.is_tierd() {
+        let text = http_get(&addr, "/metrics")
+            .unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n"));
+        profile = cycle_profile(&text).map(|(cycles, phases)| CycleProfile {
+            scenario: sc.name.clone(),
+            mode: mode.label().to_string(),
+            cycles,
+            phases,
+        });
+        if let (Some(p), true) = (&profile, cli.emit) {
+            println!("PROFILE {}", serde_json::to_string(p)?);
+        }
+        if cli.metrics {
+            println!("--- tierd /metrics at the end of {} ---", sc.name);
+            print!("{text}");
+        }
     }
     stop(&mut running);
     if let Some(mut t) = tierd {
@@ -745,6 +820,7 @@ fn run_mode(
         samples,
         host,
         converged_s,
+        profile,
     })
 }
 
@@ -888,6 +964,19 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                     mib(max_rss)
                 );
             }
+            if let Some(p) = &r.profile {
+                let per: Vec<String> = p
+                    .phases
+                    .iter()
+                    .map(|(n, v)| format!("{n} {:.2}", 1e3 * v / p.cycles as f64))
+                    .collect();
+                println!(
+                    "{:<8} tierd cycle, ms per cycle over {} cycles: {}",
+                    r.mode.label(),
+                    p.cycles,
+                    per.join(", ")
+                );
+            }
             match r.converged_s {
                 Some(t) => println!(
                     "tierd: all containers within ±5% of target {t:.0} s after the last start"
@@ -924,4 +1013,27 @@ fn main() -> Result<()> {
     }
     summarize(&sc, &results);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cycle_profile;
+
+    #[test]
+    fn cycle_profile_reads_phases_in_cycle_order() {
+        let text = "# HELP tierd_cycle_phase_seconds Wall time\n\
+                    # TYPE tierd_cycle_phase_seconds counter\n\
+                    tierd_cycle_phase_seconds_total{phase=\"solve\"} 0.01\n\
+                    tierd_cycle_phase_seconds_total{phase=\"read\"} 0.5\n\
+                    tierd_cycle_phase_seconds_total{phase=\"reclaim\"} 0.25\n\
+                    tierd_loop_duration_seconds_sum 0.8\n\
+                    tierd_loop_duration_seconds_count 100\n";
+        let (cycles, phases) = cycle_profile(text).unwrap();
+        assert_eq!(cycles, 100);
+        let names: Vec<&str> = phases.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["read", "solve", "reclaim"]);
+        assert_eq!(phases[0].1, 0.5);
+        assert!(cycle_profile("tierd_loop_duration_seconds_count 0\n").is_none());
+        assert!(cycle_profile("tierd_loop_duration_seconds_count 5\n").is_none());
+    }
 }
