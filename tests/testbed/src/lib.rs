@@ -90,8 +90,24 @@ impl Error {
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The workspace root (two levels above this crate).
+/// The workspace root: the nearest directory at or above the current one
+/// whose `Cargo.toml` has a `[workspace]` table (cargo runs `cargo xtask`
+/// in the invoking directory and tests in their crate's), else two levels
+/// above this crate as it was built. The compile-time path alone is not
+/// enough: two checkouts sharing a `CARGO_TARGET_DIR` share build products,
+/// and a binary built in the other checkout points at it (seen: an xtask
+/// built by CI in /check/work/main failing in /work/main).
 pub fn workspace_root() -> PathBuf {
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            let manifest = dir.join("Cargo.toml");
+            if std::fs::read_to_string(&manifest)
+                .is_ok_and(|t| t.lines().any(|l| l.trim() == "[workspace]"))
+            {
+                return dir.to_path_buf();
+            }
+        }
+    }
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     here.parent()
         .and_then(Path::parent)
