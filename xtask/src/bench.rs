@@ -1526,11 +1526,25 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             assert!(r >= 0.99, "t = {t} s: opt_out service {r} on DRAM");
         }
         let g = by_time(&s, "tierd", "guaranteed");
+        // (t, fast, lower, target) MiB, so a failure shows the whole course.
+        let course: Vec<String> = g
+            .iter()
+            .map(|(t, v)| {
+                let mib = |k| f(v, k).unwrap_or(0.0) / MIB_F;
+                format!(
+                    "{t}:{:.0}/{:.0}/{:.0}",
+                    mib("fast_bytes"),
+                    mib("lower_bytes"),
+                    mib("target_bytes")
+                )
+            })
+            .collect();
         for (t, v) in g.range(30..) {
             let fast = f(v, "fast_bytes").unwrap() / MIB_F;
             assert!(
                 fast >= 250.0 - 16.0,
-                "t = {t} s: guaranteed tenant at {fast:.0} MiB"
+                "t = {t} s: guaranteed tenant at {fast:.0} MiB (t: fast/lower/target MiB: {})",
+                course.join(" ")
             );
         }
         let heavy = by_time(&s, "tierd", "heavy");

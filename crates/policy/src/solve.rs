@@ -242,11 +242,18 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     }
     history.retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
     let need_bytes = under.iter().fold(headroom_deficit, |acc, &(i, w)| {
-        if claims_room(&history[&cs[i].id], now_ms, window_ms) {
-            acc.saturating_add(w)
+        let claim = if claims_room(&history[&cs[i].id], now_ms, window_ms) {
+            w
         } else {
-            acc
-        }
+            // A `local_low` guarantee is owed whether or not the container
+            // grows into it quickly: the kernel's promotion of a sparse hot
+            // set can take longer than the claim window.
+            plans[i]
+                .guarantee_bytes
+                .saturating_sub(cs[i].fast_bytes)
+                .min(w)
+        };
+        acc.saturating_add(claim)
     });
     state.fast_history = history;
     let over = limit_to_need(over, &plans, &cs, need_bytes);

@@ -949,20 +949,23 @@ fn usage_demand_ignores_the_hot_set() {
     assert_eq!(plan.get(2).unwrap().demand_bytes, 700 * MIB);
 }
 
-#[test]
-fn an_under_target_container_claims_room_only_while_it_arrives_or_grows() {
-    // Pool 1024, two 700 MiB tenants, targets 512. A holds 612 (100 over),
-    // B 412 with 288 below (100 under).
+/// Usage demand, a 10 s claim window, pool 1024 MiB: A (700 MiB, 612 on
+/// the fast tier) and `b`.
+fn claim_case(b: ContainerSnapshot) -> (PolicyParams, PolicyState, Snapshot) {
     let p = PolicyParams {
         demand: DemandSource::Usage,
         need_window_ms: 10_000,
         ..params()
     };
-    let mut st = PolicyState::default();
-    let mut s = snap(
-        1024 * MIB,
-        vec![c(1, 612 * MIB, 88 * MIB), c(2, 412 * MIB, 288 * MIB)],
-    );
+    let s = snap(1024 * MIB, vec![c(1, 612 * MIB, 88 * MIB), b]);
+    (p, PolicyState::default(), s)
+}
+
+#[test]
+fn an_under_target_container_claims_room_only_while_it_arrives_or_grows() {
+    // Pool 1024, two 700 MiB tenants, targets 512. A holds 612 (100 over),
+    // B 412 with 288 below (100 under).
+    let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
     // Within the window after its arrival B claims its whole deficit.
     let plan = solve(&s, &p, &mut st);
     assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
@@ -993,6 +996,24 @@ fn an_under_target_container_claims_room_only_while_it_arrives_or_grows() {
     s.containers.truncate(1);
     solve(&s, &p, &mut st);
     assert_eq!(st.fast_history.len(), 1);
+}
+
+#[test]
+fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
+    // As above, but B has a 450 MiB local_low: after the window, still not
+    // growing, B claims what its guarantee lacks (450 - 412 = 38 MiB), not
+    // its whole 288 MiB deficit.
+    let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB).low(Share::Bytes(450 * MIB)));
+    // The guarantee comes first, the rest is shared: B's target is its
+    // whole 700 MiB.
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(target(&plan, 2), 700 * MIB);
+    assert_eq!(plan.need_bytes, 288 * MIB);
+    s.elapsed_ms = 11_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
+    assert_eq!(plan.need_bytes, 38 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 38 * MIB);
 }
 
 #[test]
