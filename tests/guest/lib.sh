@@ -75,3 +75,13 @@ kdamonds() {
     for k in $(seq 0 $((n - 1))); do s="$s $(cat $d/$k/state)"; done
     echo "KDAMONDS $n$s"
 }
+
+# wait_cycles N (1-9): polls /status until tierd has run at least N cycles
+# (60 s at most).
+wait_cycles() {
+    local i=0
+    until tierctl status --json 2>/dev/null | grep -qE "\"cycles\":([$1-9]|[1-9][0-9])"; do
+        i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: fewer than $1 cycles in 60 s"; cat /tmp/tierd.log; return 1; }
+        sleep 0.2
+    done
+}

@@ -55,6 +55,10 @@ pub enum Error {
     /// Carries the path of the file that was being accessed.
     #[error("{}: cgroup vanished", .0.display())]
     Vanished(PathBuf),
+    /// The root is not a cgroup v2 hierarchy with the memory controller that
+    /// tierd can write: `reason` says what is missing and what to do.
+    #[error("{}: {reason}", path.display())]
+    Unsupported { path: PathBuf, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -63,7 +67,10 @@ impl Error {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            Error::Io { path, .. } | Error::Parse { path, .. } | Error::Vanished(path) => path,
+            Error::Io { path, .. }
+            | Error::Parse { path, .. }
+            | Error::Vanished(path)
+            | Error::Unsupported { path, .. } => path,
         }
     }
 
@@ -160,6 +167,63 @@ impl CgroupFs {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Checks that the root is what tierd needs before it changes anything:
+    /// a cgroup v2 hierarchy (its root has `cgroup.controllers`), with the
+    /// memory controller available (listed there), and writable
+    /// (`cgroup.subtree_control` passes `access(W_OK)`).
+    ///
+    /// Errors: [`Error::Unsupported`] naming the root and what is missing —
+    /// a cgroup v1 layout (per-controller mounts such as `memory/`, no
+    /// `cgroup.controllers`), a v2 hierarchy whose memory controller is
+    /// bound to v1 or disabled (`cgroup_disable=memory`), or a read-only
+    /// mount; [`Error::Io`] if `cgroup.controllers` exists but cannot be read.
+    pub fn check_v2_memory(&self) -> Result<()> {
+        let unsupported = |reason: String| Error::Unsupported {
+            path: self.root.clone(),
+            reason,
+        };
+        let file = self.root.join("cgroup.controllers");
+        let controllers = match fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let v1 = ["memory", "cpu", "cpuset"]
+                    .iter()
+                    .any(|c| self.root.join(c).is_dir());
+                return Err(unsupported(if v1 {
+                    "cgroup v1 hierarchy (per-controller mounts, no cgroup.controllers): \
+                     tierd needs cgroup v2; boot with systemd.unified_cgroup_hierarchy=1 \
+                     (and cgroup_no_v1=all)"
+                        .into()
+                } else {
+                    "no cgroup.controllers: not a cgroup v2 mount; mount cgroup2 here or \
+                     set daemon.cgroup_root to where it is mounted"
+                        .into()
+                }));
+            }
+            Err(source) => return Err(Error::Io { path: file, source }),
+        };
+        if !controllers.split_whitespace().any(|c| c == "memory") {
+            return Err(unsupported(format!(
+                "the memory controller is not available in this cgroup v2 hierarchy \
+                 (cgroup.controllers: \"{}\"): it is disabled (cgroup_disable=memory) or \
+                 bound to a cgroup v1 mount; boot with it on the unified hierarchy",
+                controllers.trim()
+            )));
+        }
+        let control = self.root.join("cgroup.subtree_control");
+        let c_path = std::ffi::CString::new(control.as_os_str().as_encoded_bytes())
+            .map_err(|e| unsupported(e.to_string()))?;
+        // SAFETY: a valid NUL-terminated path; access(2) only reads it.
+        if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(unsupported(format!(
+                "{} is not writable ({e}): run tierd as root with the cgroup2 mount read-write",
+                control.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Directory of the cgroup at `rel` (`""` = the root cgroup).

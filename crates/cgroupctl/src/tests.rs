@@ -892,3 +892,126 @@ fn numa_stat_map_shape() {
     let expected: BTreeMap<u32, u64> = [(0, 1), (1, 2)].into_iter().collect();
     assert_eq!(s.stats["anon"], expected);
 }
+
+/// The root's `cgroup.controllers` captured in the 6.12 guest.
+const CAPTURED_CONTROLLERS: &[u8] =
+    include_bytes!("../../../tests/fixtures/linux-6.12/sys/fs/cgroup/cgroup.controllers");
+
+#[test]
+fn hierarchy_check_accepts_v2_with_memory_and_names_what_is_missing() {
+    let t = Tree::new();
+    t.file("cgroup.controllers", CAPTURED_CONTROLLERS)
+        .file("cgroup.subtree_control", b"");
+    t.fs.check_v2_memory().unwrap();
+
+    // cgroup v1: per-controller mounts under the root, no cgroup.controllers.
+    let v1 = Tree::new();
+    v1.mkdir("memory").mkdir("cpu,cpuacct").mkdir("systemd");
+    let e = v1.fs.check_v2_memory().unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("cgroup v1") && msg.contains("unified_cgroup_hierarchy"),
+        "{msg}"
+    );
+    assert_eq!(e.path(), v1.fs.root());
+
+    // An empty directory: not a cgroup2 mount at all.
+    let e = Tree::new().fs.check_v2_memory().unwrap_err();
+    assert!(e.to_string().contains("not a cgroup v2 mount"), "{e}");
+
+    // v2 without the memory controller.
+    let nomem = Tree::new();
+    nomem
+        .file("cgroup.controllers", b"cpuset cpu io pids\n")
+        .file("cgroup.subtree_control", b"");
+    let e = nomem.fs.check_v2_memory().unwrap_err();
+    assert!(e.to_string().contains("memory controller"), "{e}");
+}
+
+/// Fuzzing of every reader: arbitrary bytes (and arbitrary `key value`
+/// lines, which get past the first token) in each file never panic, and an
+/// error names the file it came from.
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FILES: &[&str] = &[
+        "memory.numa_stat",
+        "memory.stat",
+        "memory.current",
+        "memory.min",
+        "memory.low",
+        "memory.high",
+        "memory.max",
+        "memory.pressure",
+        "cpuset.mems",
+        "cpuset.mems.effective",
+        "cgroup.procs",
+        "cgroup.controllers",
+        "cgroup.subtree_control",
+    ];
+
+    fn read_all(t: &Tree) {
+        let fs = &t.fs;
+        let results: Vec<(&str, Option<Error>)> = vec![
+            ("memory.numa_stat", fs.numa_stat("c").err()),
+            ("memory.stat", fs.memory_stat("c").err()),
+            ("memory.current", fs.memory_current("c").err()),
+            ("memory.min", fs.memory_min("c").err()),
+            ("memory.low", fs.memory_low("c").err()),
+            ("memory.high", fs.memory_high("c").err()),
+            ("memory.max", fs.memory_max("c").err()),
+            ("memory.pressure", fs.memory_pressure("c").err()),
+            ("cpuset.mems", fs.cpuset_mems("c").err()),
+            ("cpuset.mems.effective", fs.cpuset_mems_effective("c").err()),
+            ("cgroup.procs", fs.procs("c").err()),
+            ("cgroup.controllers", fs.controllers("c").err()),
+            ("cgroup.subtree_control", fs.subtree_control("c").err()),
+        ];
+        for (file, e) in results {
+            if let Some(e) = e {
+                assert!(
+                    e.path().ends_with(file) && e.to_string().contains(file),
+                    "{file}: error does not name the file: {e}"
+                );
+            }
+        }
+    }
+
+    fn lines() -> impl Strategy<Value = String> {
+        let token = prop_oneof![
+            "[a-z_]{1,12}",
+            "[0-9]{1,22}",
+            "N[0-9]{1,3}=[0-9]{0,22}",
+            "(avg10|avg60|avg300|total)=[0-9.]{0,8}",
+            "(some|full|max|-|,)",
+        ];
+        proptest::collection::vec(proptest::collection::vec(token, 0..6), 0..8).prop_map(|ls| {
+            ls.iter()
+                .map(|l| l.join(" "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let t = Tree::new();
+            for f in FILES {
+                t.file(&format!("c/{f}"), &data);
+            }
+            read_all(&t);
+        }
+
+        #[test]
+        fn arbitrary_lines_never_panic(text in lines()) {
+            let t = Tree::new();
+            for f in FILES {
+                t.file(&format!("c/{f}"), text.as_bytes());
+            }
+            read_all(&t);
+        }
+    }
+}

@@ -27,6 +27,13 @@ pub enum ConfigError {
     },
     #[error("{path}: {message}")]
     Syntax { path: PathBuf, message: String },
+    /// The file is writable by users other than its owner: whoever can
+    /// write it can steer a root daemon's writes to cgroups and sysctls.
+    #[error(
+        "{path}: refused: the config is group- or world-writable (mode {mode:o}); \
+         run `chmod go-w {path}`"
+    )]
+    Permissions { path: PathBuf, mode: u32 },
     #[error("{path}: key `{key}`: {reason}")]
     Invalid {
         path: PathBuf,
@@ -226,7 +233,7 @@ impl MoverKind {
 }
 
 /// `[daemon]`: how the control loop runs and what it may change on the host.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DaemonConfig {
     /// Control-loop period.
@@ -259,6 +266,10 @@ pub struct DaemonConfig {
     /// Value for `kernel.numa_balancing` at start (restored at exit); `None`
     /// leaves it alone. In `promotion = "kernel"` mode this should be 2 (or 3).
     pub numa_balancing: Option<u32>,
+    /// Where tierd journals the original value of every setting it
+    /// changes, before changing it ([`crate::journal`]); a journal left by
+    /// a tierd that died is restored at the next start.
+    pub journal: PathBuf,
     /// cgroup v2 mount point.
     pub cgroup_root: PathBuf,
     /// sysfs and procfs mount points (tests point these at fixture trees).
@@ -280,6 +291,7 @@ impl Default for DaemonConfig {
             headroom: Bytes(64 << 20),
             demotion_enabled: true,
             numa_balancing: Some(2),
+            journal: "/run/tierd/journal.json".into(),
             cgroup_root: cgroupctl::DEFAULT_CGROUP_ROOT.into(),
             sysfs_root: "/sys".into(),
             procfs_root: "/proc".into(),
@@ -304,7 +316,7 @@ pub enum HotnessSource {
 
 /// `[hotness]`: DAMON monitoring. Interval and region defaults are DAMON's
 /// (Documentation/admin-guide/mm/damon/usage.rst), except `update_interval`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HotnessConfig {
     pub source: HotnessSource,
@@ -481,13 +493,72 @@ impl Config {
     ///
     /// Errors: [`ConfigError::Read`] if the file cannot be read,
     /// [`ConfigError::Syntax`] for TOML or type errors (unknown keys included),
+    /// [`ConfigError::Permissions`] if the file is group- or world-writable,
     /// [`ConfigError::Invalid`] naming the key whose value is unacceptable.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use std::os::unix::fs::PermissionsExt;
+        let read_err = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let mode = std::fs::metadata(path)
+            .map_err(read_err)?
+            .permissions()
+            .mode();
+        if mode & 0o022 != 0 {
+            return Err(ConfigError::Permissions {
+                path: path.to_owned(),
+                mode: mode & 0o7777,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read_err)?;
         Config::parse(&text, path)
+    }
+
+    /// The config a reload (SIGHUP, `tierctl reload`) of `new` gives: the
+    /// policies, `[limits]`, `daemon.interval` and `daemon.headroom` come from
+    /// `new`; every other key keeps its running value, since the kdamonds,
+    /// the probe, the host settings and the listener were set up from it.
+    /// Also returns what in `new` differs there and waits for a restart:
+    /// `"[daemon]"`, `"[hotness]"`, and `"[[policy]] (none ↔ some)"` when the
+    /// policy list becomes empty or stops being empty (that switches
+    /// observe-only mode, decided at start).
+    pub fn reloaded(&self, new: Config) -> (Config, Vec<&'static str>) {
+        let mut restart = Vec::new();
+        // [daemon] without its reloadable keys.
+        let fixed = |d: &DaemonConfig| DaemonConfig {
+            interval: Duration::ZERO,
+            headroom: Bytes(0),
+            ..d.clone()
+        };
+        if fixed(&self.daemon) != fixed(&new.daemon) {
+            restart.push("[daemon]");
+        }
+        if self.hotness != new.hotness {
+            restart.push("[hotness]");
+        }
+        let daemon = DaemonConfig {
+            interval: new.daemon.interval,
+            headroom: new.daemon.headroom,
+            ..self.daemon.clone()
+        };
+        let merged = if self.policies.is_empty() != new.policies.is_empty() {
+            restart.push("[[policy]] (none ↔ some)");
+            Config {
+                daemon,
+                limits: new.limits,
+                band_fraction: new.band_fraction,
+                ..self.clone()
+            }
+        } else {
+            Config {
+                daemon,
+                hotness: self.hotness.clone(),
+                listen: self.listen,
+                ..new
+            }
+        };
+        (merged, restart)
     }
 
     /// Parses and validates TOML text; `path` is used in error messages only.
@@ -786,6 +857,124 @@ mod tests {
 
     fn parse(s: &str) -> Result<Config, ConfigError> {
         Config::parse(s, Path::new("/etc/tierd/test.toml"))
+    }
+
+    #[test]
+    fn a_group_or_world_writable_config_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("tierd.toml");
+        std::fs::write(&p, "[[policy]]\nmatch = \"*\"\n").unwrap();
+        for (mode, ok) in [(0o644, true), (0o600, true), (0o664, false), (0o646, false)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            match Config::load(&p) {
+                Ok(_) => assert!(ok, "mode {mode:o} accepted"),
+                Err(e) => {
+                    assert!(!ok, "mode {mode:o}: {e}");
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains("chmod go-w") && msg.contains("tierd.toml"),
+                        "{msg}"
+                    );
+                }
+            }
+        }
+    }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// TOML-ish lines built from the config's own sections and keys, so
+        /// that validation (not only the TOML parser) is reached.
+        fn configs() -> impl Strategy<Value = String> {
+            let line = prop_oneof![
+                Just("[daemon]".to_owned()),
+                Just("[limits]".to_owned()),
+                Just("[hotness]".to_owned()),
+                Just("[[policy]]".to_owned()),
+                (
+                    prop_oneof![
+                        "interval",
+                        "headroom",
+                        "promotion",
+                        "demand",
+                        "mover",
+                        "match",
+                        "weight",
+                        "local_low",
+                        "local_high",
+                        "opt_out",
+                        "band",
+                        "demote_rate",
+                        "sample_interval",
+                        "max_regions",
+                        "metrics_listen",
+                        "numa_balancing",
+                        "name",
+                        "journal",
+                    ],
+                    prop_oneof![
+                        "\"[0-9]{0,6}(ms|s|MiB|GiB|%|)\"",
+                        "[0-9-]{1,22}",
+                        "(true|false)",
+                        "\"[a-z*/._]{0,12}\"",
+                        "\"[^\"\\\\]{0,12}\"",
+                    ],
+                )
+                    .prop_map(|(k, v)| format!("{k} = {v}")),
+            ];
+            proptest::collection::vec(line, 0..12).prop_map(|v| v.join("\n"))
+        }
+
+        proptest! {
+            /// Arbitrary text and key-shaped lines never panic the loader,
+            /// and every error names the file.
+            #[test]
+            fn the_loader_never_panics_and_errors_name_the_file(
+                text in prop_oneof![configs(), ".{0,200}"],
+            ) {
+                if let Err(e) = parse(&text) {
+                    prop_assert!(e.to_string().contains("/etc/tierd/test.toml"), "{}", e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reload_takes_policies_limits_and_interval_and_names_what_waits_for_a_restart() {
+        let old = parse(
+            "[daemon]\ninterval = \"2s\"\nmetrics_listen = \"127.0.0.1:9464\"\n\
+             [[policy]]\nmatch = \"a/*\"\n",
+        )
+        .unwrap();
+        let new = parse(
+            "[daemon]\ninterval = \"1s\"\nheadroom = \"32MiB\"\n\
+             metrics_listen = \"127.0.0.1:9999\"\n[limits]\ndemote_rate = \"8MiB\"\n\
+             [hotness]\nmax_regions = 500\n\
+             [[policy]]\nmatch = \"b/*\"\nweight = 300\n",
+        )
+        .unwrap();
+        let (m, restart) = old.reloaded(new);
+        assert_eq!(restart, ["[daemon]", "[hotness]"]);
+        // Reloaded: policies (and their matchers), limits, interval, headroom.
+        assert_eq!(m.match_policy("b/x"), Some(0));
+        assert_eq!(m.match_policy("a/x"), None);
+        assert_eq!(m.policies[0].weight, 300);
+        assert_eq!(m.policy_params().container_demote_bytes_per_s, 8 << 20);
+        assert_eq!(m.daemon.interval, Duration::from_secs(1));
+        assert_eq!(m.policy_params().headroom_bytes, 32 << 20);
+        // Kept: the listener and the heat source.
+        assert_eq!(m.listen_addr().port(), 9464);
+        assert_eq!(m.hotness, old.hotness);
+
+        // Only reloadable keys changed: nothing waits.
+        let same = parse("[daemon]\ninterval = \"3s\"\n[[policy]]\nmatch = \"*\"\n").unwrap();
+        assert!(old.reloaded(same).1.is_empty());
+        // Dropping every policy would switch observe-only: the old ones stay.
+        let (m, restart) = old.reloaded(parse("").unwrap());
+        assert_eq!(restart, ["[[policy]] (none ↔ some)"]);
+        assert_eq!(m.match_policy("a/x"), Some(0));
     }
 
     #[test]

@@ -14,11 +14,11 @@ use hotness::damon::Damon;
 use policy::{
     ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
 };
-use serde::Serialize;
 
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
 use crate::heatmon::{ContainerReading, HeatMonitor, Member};
 use crate::hintfaults::HintFaults;
+use crate::journal::SharedJournal;
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerFaultLabels, ContainerLabels,
     ContainerNodeLabels, ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics,
@@ -65,59 +65,7 @@ struct Written<T> {
     current: T,
 }
 
-/// What `/status` and `tierctl status` show: the last cycle, per container.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct Status {
-    pub tiered: bool,
-    pub promotion: String,
-    pub fast_nodes: Vec<u32>,
-    pub lower_nodes: Vec<u32>,
-    pub fast_capacity_bytes: u64,
-    pub fast_free_bytes: u64,
-    pub pool_bytes: u64,
-    pub guarantees_scaled: bool,
-    pub cycles: u64,
-    /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
-    pub hotness: String,
-    /// Where hint faults come from: "ebpf" or "memory_stat" (and why the
-    /// probe is off).
-    #[serde(default)]
-    pub hint_faults: String,
-    pub mover: String,
-    pub damon_targets: usize,
-    pub kdamond_restarts: u64,
-    pub containers: Vec<ContainerStatus>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct ContainerStatus {
-    pub container: String,
-    pub id: u64,
-    pub policy: String,
-    pub fast_bytes: u64,
-    pub lower_bytes: u64,
-    pub demand_bytes: u64,
-    pub local_low_bytes: u64,
-    pub local_high_bytes: u64,
-    pub target_bytes: u64,
-    pub memory_low_bytes: u64,
-    /// memory.min written (a guarantee at stake), bytes; absent in older
-    /// tierd's /status.
-    #[serde(default)]
-    pub memory_min_bytes: u64,
-    pub demote_bytes: u64,
-    pub promote_bytes: u64,
-    pub state: String,
-    /// Hot bytes per tier (`fast`, `lower`), when DAMON knows them.
-    pub hot_fast_bytes: Option<u64>,
-    pub hot_lower_bytes: Option<u64>,
-    /// Bytes tierd moved itself, since start, by direction and mechanism
-    /// (e.g. `promote/move_pages`).
-    pub moved_bytes: BTreeMap<String, u64>,
-    /// Thrash damping level (0 = none) and ping-pong rate.
-    pub damping_level: u32,
-    pub pingpong_bytes_per_s: u64,
-}
+pub use crate::status::{ContainerStatus, Status};
 
 /// The control loop's state between cycles.
 pub struct Controller {
@@ -125,6 +73,11 @@ pub struct Controller {
     cg: CgroupFs,
     topo: Topology,
     observe_only: bool,
+    /// Set by [`Controller::restore`]: `Drop` restores only if it is unset.
+    restored: bool,
+    /// Where originals are recorded before each first write (none in
+    /// fixture tests).
+    journal: Option<SharedJournal>,
     policy_state: PolicyState,
     last_cycle: Option<Instant>,
     counters: HashMap<u64, MemcgCounters>,
@@ -318,19 +271,36 @@ impl Controller {
     /// Discovers the topology and prepares the loop. Errors if sysfs cannot be
     /// read at all; a host with a single tier gives an observe-only controller
     /// (one log line says so).
+    ///
+    /// Errors also when `daemon.cgroup_root` is not a writable cgroup v2
+    /// hierarchy with the memory controller ([`CgroupFs::check_v2_memory`]):
+    /// checked first, so nothing has been changed.
     pub fn new(cfg: Config, metrics: Arc<Metrics>, status: Arc<Mutex<Status>>) -> Result<Self> {
+        let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
+        cg.check_v2_memory().with_context(|| {
+            format!(
+                "tierd cannot manage memory here (key daemon.cgroup_root in {})",
+                cfg.source.display()
+            )
+        })?;
         let topo = Topology::discover(&cfg.daemon.sysfs_root).with_context(|| {
             format!(
                 "cannot read the NUMA topology under {}",
                 cfg.daemon.sysfs_root.display()
             )
         })?;
-        let observe_only = !topo.is_tiered();
-        if observe_only {
+        let observe_only = !topo.is_tiered() || cfg.policies.is_empty();
+        if !topo.is_tiered() {
             tracing::warn!(
                 nodes = topo.nodes.len(),
                 "this host has no lower memory tier (one tier in /sys/devices/virtual/memory_tiering): \
                  tierd runs observe-only, exporting per-container usage and changing nothing"
+            );
+        } else if cfg.policies.is_empty() {
+            tracing::warn!(
+                "no [[policy]] in {}: tierd runs observe-only, managing no container and \
+                 changing no host setting",
+                cfg.source.display()
             );
         } else {
             tracing::info!(fast = ?topo.fast_nodes(), lower = ?topo.lower_nodes(),
@@ -338,7 +308,6 @@ impl Controller {
             warn_headroom_below_reserve(&cfg, &topo);
         }
         metrics.tiered.set(i64::from(!observe_only));
-        let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
         let faults = HintFaults::start(&cfg.hotness, &cfg.daemon.sysfs_root, &cfg.source)?;
         metrics.hint_fault_source(faults.source());
         let mut c = Controller {
@@ -361,6 +330,8 @@ impl Controller {
             stat_hint_faults: HashMap::new(),
             alive_ids: HashSet::new(),
             demand_hold: DemandHolds::default(),
+            restored: false,
+            journal: None,
         };
         c.setup_hotness();
         Ok(c)
@@ -653,7 +624,7 @@ impl Controller {
                 now.numa_hint_faults.saturating_sub(prev.numa_hint_faults),
             );
             let label = |reason| ContainerReasonLabels {
-                container: m.path.clone(),
+                cgroup: m.path.clone(),
                 reason,
             };
             let d = &self.metrics.container_demoted_bytes;
@@ -667,7 +638,7 @@ impl Controller {
             self.metrics
                 .container_promoted_bytes
                 .get_or_create(&ContainerLabels {
-                    container: m.path.clone(),
+                    cgroup: m.path.clone(),
                 })
                 .inc_by(promoted);
             // Thrash input: what went *up* (kernel promotions here, tierd's
@@ -716,7 +687,7 @@ impl Controller {
                     self.metrics
                         .container_repromoted_bytes
                         .get_or_create(&ContainerLabels {
-                            container: m.path.clone(),
+                            cgroup: m.path.clone(),
                         })
                         .inc_by(back);
                 }
@@ -725,7 +696,7 @@ impl Controller {
                 self.metrics
                     .container_numa_hint_faults
                     .get_or_create(&ContainerFaultLabels {
-                        container: m.path.clone(),
+                        cgroup: m.path.clone(),
                         node: node.map_or("all".into(), |n| n.to_string()),
                     })
                     .inc_by(*n);
@@ -740,7 +711,7 @@ impl Controller {
                     self.metrics
                         .container_numa_promotions
                         .get_or_create(&PromotionLabels {
-                            container: m.path.clone(),
+                            cgroup: m.path.clone(),
                             node: *node,
                             outcome,
                         })
@@ -757,7 +728,7 @@ impl Controller {
                 self.metrics
                     .container_lower_hint_faults_per_second
                     .get_or_create(&ContainerLabels {
-                        container: m.path.clone(),
+                        cgroup: m.path.clone(),
                     })
                     .set(on_lower as f64 * 1000.0 / elapsed_ms as f64);
             }
@@ -787,7 +758,7 @@ impl Controller {
         self.metrics
             .container_reclaim_errors
             .get_or_create(&ContainerErrorLabels {
-                container: container.to_owned(),
+                cgroup: container.to_owned(),
                 error: format!("{what}:{errno}"),
             })
             .inc();
@@ -857,7 +828,7 @@ impl Controller {
                 continue;
             }
             let labels = ContainerLabels {
-                container: m.path.clone(),
+                cgroup: m.path.clone(),
             };
             match self.cg.reclaim(&m.path, demote) {
                 Ok(outcome) => {
@@ -1083,7 +1054,7 @@ impl Controller {
         self.metrics
             .container_migrated_bytes
             .get_or_create(&MoveLabels {
-                container: m.path.clone(),
+                cgroup: m.path.clone(),
                 direction: dir.as_str(),
                 mechanism,
             })
@@ -1092,7 +1063,7 @@ impl Controller {
             self.metrics
                 .move_pages_failures
                 .get_or_create(&MoveFailureLabels {
-                    container: m.path.clone(),
+                    cgroup: m.path.clone(),
                     direction: dir.as_str(),
                     status,
                 })
@@ -1113,7 +1084,14 @@ impl Controller {
         let original = match self.protect_written.get(&key) {
             Some(w) if w.id == id => w.original,
             _ => match knob.read(&self.cg, path) {
-                Ok(v) => v,
+                Ok(v) => {
+                    let file = self.cg.dir(path).join(knob.file());
+                    if let Err(e) = self.journal_record(&file, &v.to_string(), id) {
+                        tracing::warn!(error = format!("{e:#}"), "{} not written", file.display());
+                        return;
+                    }
+                    v
+                }
                 Err(e) => {
                     tracing::debug!(container = %path, error = %e, "{} unreadable; skipped", knob.file());
                     return;
@@ -1150,7 +1128,19 @@ impl Controller {
             self.count_error(&m.path, "cpuset", &e);
             return;
         }
-        let original = self.cg.cpuset_mems(&m.path).unwrap_or_default();
+        // The first original stays: a later read would see tierd's own value.
+        let original = match self.mems_written.get(&m.path) {
+            Some(w) if w.id == m.id => w.original.clone(),
+            _ => {
+                let v = self.cg.cpuset_mems(&m.path).unwrap_or_default();
+                let file = self.cg.dir(&m.path).join("cpuset.mems");
+                if let Err(e) = self.journal_record(&file, &v.to_string(), m.id) {
+                    tracing::warn!(error = format!("{e:#}"), "{} not written", file.display());
+                    return;
+                }
+                v
+            }
+        };
         match self.cg.set_cpuset_mems(&m.path, fast) {
             Ok(()) => {
                 tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
@@ -1178,13 +1168,75 @@ impl Controller {
             managed.iter().any(|m| m.path == path && m.id == id)
                 || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
         };
-        self.protect_written.retain(|(_, p), w| alive(p, w.id));
-        self.mems_written.retain(|p, w| alive(p, w.id));
+        let mut gone = Vec::new();
+        self.protect_written.retain(|(k, p), w| {
+            alive(p, w.id) || {
+                gone.push(cg.dir(p).join(k.file()));
+                false
+            }
+        });
+        self.mems_written.retain(|p, w| {
+            alive(p, w.id) || {
+                gone.push(cg.dir(p).join("cpuset.mems"));
+                false
+            }
+        });
+        for f in gone {
+            self.journal_forget(&f);
+        }
+    }
+
+    /// Applies a config reloaded from the same file (SIGHUP, `tierctl
+    /// reload`): policies, `[limits]`, `daemon.interval` and
+    /// `daemon.headroom` take effect from the next cycle (see
+    /// [`Config::reloaded`]). Returns the sections whose changes wait for a
+    /// restart.
+    pub fn reload(&mut self, new: Config) -> Vec<&'static str> {
+        let (merged, restart) = self.cfg.reloaded(new);
+        if !self.observe_only {
+            warn_headroom_below_reserve(&merged, &self.topo);
+        }
+        self.cfg = merged;
+        restart
+    }
+
+    /// Journals the original of every cgroup file before tierd first
+    /// writes it (see [`crate::journal`]).
+    pub fn set_journal(&mut self, journal: SharedJournal) {
+        self.journal = Some(journal);
+    }
+
+    /// Records `file`'s original in the journal before a first write.
+    /// Errors: the journal cannot be persisted (the write must not happen).
+    fn journal_record(&self, file: &std::path::Path, original: &str, id: u64) -> Result<()> {
+        match &self.journal {
+            Some(j) => j
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(file, original, Some(id)),
+            None => Ok(()),
+        }
+    }
+
+    fn journal_forget(&self, file: &std::path::Path) {
+        if let Some(j) = &self.journal {
+            j.lock().unwrap_or_else(|e| e.into_inner()).forget(file);
+        }
+    }
+
+    /// The running config (after reloads).
+    pub fn config(&self) -> &Config {
+        &self.cfg
     }
 
     /// Puts back every memory.low and cpuset.mems tierd changed, for cgroups
-    /// that still exist. Called at shutdown.
+    /// that still exist, and removes tierd's kdamonds. Called at shutdown,
+    /// and by `Drop` if it was not (an error return, a panic in a cycle);
+    /// a second call does nothing.
     pub fn restore(&mut self) {
+        if std::mem::replace(&mut self.restored, true) {
+            return;
+        }
         // Stop tierd's kdamonds first: no page moves after this point.
         if let Some(damon) = self.hot.damon.as_mut() {
             if let Some(m) = self.hot.monitor.as_mut() {
@@ -1206,8 +1258,11 @@ impl Controller {
             if self.cg.cgroup_id(&path).ok() != Some(w.id) {
                 continue;
             }
-            if let Err(e) = knob.write(&self.cg, &path, w.original) {
-                tracing::warn!(container = %path, error = %e, "cannot restore {}", knob.file());
+            match knob.write(&self.cg, &path, w.original) {
+                Ok(()) => self.journal_forget(&self.cg.dir(&path).join(knob.file())),
+                Err(e) => {
+                    tracing::warn!(container = %path, error = %e, "cannot restore {}", knob.file())
+                }
             }
         }
         for (path, w) in std::mem::take(&mut self.mems_written) {
@@ -1224,8 +1279,11 @@ impl Controller {
                     res = self.cg.set_cpuset_mems(&path, &nodes);
                 }
             }
-            if let Err(e) = res {
-                tracing::warn!(container = %path, error = %e, "cannot restore cpuset.mems");
+            match res {
+                Ok(()) => self.journal_forget(&self.cg.dir(&path).join("cpuset.mems")),
+                Err(e) => {
+                    tracing::warn!(container = %path, error = %e, "cannot restore cpuset.mems")
+                }
             }
         }
         tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
@@ -1252,6 +1310,8 @@ impl Controller {
                 .set(gauge_bytes(n.mem_free_bytes));
         }
         mt.clear_container_gauges();
+        let paths: HashSet<&str> = managed.iter().map(|m| m.path.as_str()).collect();
+        mt.forget_cgroups(|p| paths.contains(p));
         mt.fast_pool_bytes.set(gauge_bytes(plan.pool_bytes));
         mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
@@ -1283,14 +1343,14 @@ impl Controller {
         };
         for (m, s) in managed.iter().zip(&snapshot.containers) {
             let c = ContainerLabels {
-                container: m.path.clone(),
+                cgroup: m.path.clone(),
             };
             if let Some(nodes) = per_node.get(&m.id) {
                 for (&node, &b) in nodes {
                     let tier = tier_label(fast.contains(&node));
                     mt.container_memory_bytes
                         .get_or_create(&ContainerNodeLabels {
-                            container: m.path.clone(),
+                            cgroup: m.path.clone(),
                             node,
                             tier,
                         })
@@ -1324,7 +1384,7 @@ impl Controller {
             }
             mt.container_state
                 .get_or_create(&ContainerStateLabels {
-                    container: m.path.clone(),
+                    cgroup: m.path.clone(),
                     state: state_name(p.state),
                 })
                 .set(1);
@@ -1353,7 +1413,7 @@ impl Controller {
                 for (tier, b) in [("fast", hf), ("lower", hl)] {
                     mt.container_hot_bytes
                         .get_or_create(&ContainerTierLabels {
-                            container: m.path.clone(),
+                            cgroup: m.path.clone(),
                             tier,
                         })
                         .set(gauge_bytes(b));
@@ -1388,6 +1448,15 @@ impl Controller {
             });
         }
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+}
+
+/// The undo of last resort: an error return from the daemon or a panic in a
+/// cycle (which unwinds through the blocking task that owns the controller)
+/// still puts memory.low, memory.min, cpuset.mems and the kdamonds back.
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.restore();
     }
 }
 

@@ -2,18 +2,21 @@
 //! systemd notification. `run` takes its shutdown signal as a future so tests
 //! and the binary drive it alike (the mini-redis pattern).
 
-use std::future::Future;
+use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, PromotionMode};
 use crate::controller::{Controller, Status};
+use crate::journal::{self, Journal, SharedJournal};
 use crate::metrics::Metrics;
 use crate::sysctl::{KernelKnobs, DEMOTION_ENABLED, NUMA_BALANCING};
 
@@ -21,6 +24,36 @@ use crate::sysctl::{KernelKnobs, DEMOTION_ENABLED, NUMA_BALANCING};
 struct Shared {
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
+    reloads: mpsc::Sender<Option<ReloadReply>>,
+}
+
+/// Where the outcome of a reload asked over HTTP goes: `Ok` with what was
+/// applied, `Err` with why the new config was refused.
+type ReloadReply = oneshot::Sender<std::result::Result<String, String>>;
+
+/// The signals the daemon obeys, registered with the kernel when
+/// [`Signals::install`] returns: a signal that arrives later, even before
+/// the loop first polls them (during the DAMON claim or the BPF load), is
+/// kept and acted on. SIGTERM/SIGINT stop tierd with everything restored;
+/// SIGHUP reloads the config (its default action would kill tierd).
+pub struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Registers SIGTERM, SIGINT and SIGHUP handlers. Must run inside the
+    /// tokio runtime, before anything is written.
+    ///
+    /// Errors: the handlers cannot be registered (no signal driver).
+    pub fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
 }
 
 async fn metrics_handler(State(s): State<Shared>) -> impl IntoResponse {
@@ -49,6 +82,79 @@ async fn status_handler(State(s): State<Shared>) -> axum::response::Response {
     axum::Json(status).into_response()
 }
 
+/// `POST /reload`: reloads the config file as SIGHUP does and answers with
+/// the outcome (200 and what was applied, or 422 and why the file was
+/// refused, the running config unchanged). The listener is loopback by
+/// default; anyone who can reach it can ask for a reload of the file root
+/// owns, nothing more.
+async fn reload_handler(State(s): State<Shared>) -> axum::response::Response {
+    let (tx, rx) = oneshot::channel();
+    if s.reloads.send(Some(tx)).await.is_err() {
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "tierd is stopping\n",
+        )
+            .into_response();
+    }
+    match rx.await {
+        Ok(Ok(msg)) => (axum::http::StatusCode::OK, format!("{msg}\n")).into_response(),
+        Ok(Err(msg)) => (
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{msg}\n"),
+        )
+            .into_response(),
+        Err(_) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "tierd stopped before reloading\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Reads the config file again and applies what can change while running
+/// ([`Controller::reload`]). A file that does not load leaves the running
+/// config as it is. Returns the line that is also logged.
+fn reload(controller: &mut Controller) -> std::result::Result<String, String> {
+    let path = controller.config().source.clone();
+    match Config::load(&path) {
+        Err(e) => {
+            let msg = format!("reload refused, running config kept: {e}");
+            tracing::error!("{msg}");
+            Err(msg)
+        }
+        Ok(new) => {
+            let restart = controller.reload(new);
+            let c = controller.config();
+            let mut msg = format!(
+                "reloaded {}: {} policies, interval {:?}",
+                path.display(),
+                c.policies.len(),
+                c.daemon.interval
+            );
+            if !restart.is_empty() {
+                msg += &format!(
+                    "; changes to {} take effect at the next restart",
+                    restart.join(", ")
+                );
+                tracing::warn!("{msg}");
+            } else {
+                tracing::info!("{msg}");
+            }
+            Ok(msg)
+        }
+    }
+}
+
+/// Removes the journal when dropped, after the actuators declared later
+/// have restored: on a clean stop, an error return and a panic alike.
+struct JournalGuard(SharedJournal);
+
+impl Drop for JournalGuard {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).finish();
+    }
+}
+
 /// Sets the host-wide knobs the config asks for. In observe-only mode nothing
 /// is changed.
 fn apply_knobs(cfg: &Config, knobs: &mut KernelKnobs) -> Result<()> {
@@ -68,17 +174,61 @@ fn apply_knobs(cfg: &Config, knobs: &mut KernelKnobs) -> Result<()> {
     Ok(())
 }
 
-/// Runs the daemon until `shutdown` resolves, then restores every kernel and
-/// cgroup setting it changed.
+/// Runs the daemon until SIGTERM or SIGINT, then restores every kernel and
+/// cgroup setting it changed. SIGHUP (or `POST /reload`) reloads the config.
+/// The signals are installed by the caller before this is called, so a stop
+/// at any instant — during the DAMON claim, the BPF load, the first cycle —
+/// restores what was written up to then (the controller's and the sysctls'
+/// drop guards cover error returns and panics too).
 ///
-/// Errors: the metrics address cannot be bound, sysfs cannot be read, or a
-/// kernel knob cannot be set at start (all before the loop starts). Failures
-/// inside a cycle are logged and counted (`tierd_loop_errors_total`); the loop
-/// keeps running.
-pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+/// Errors: the metrics address cannot be bound, the cgroup hierarchy or
+/// sysfs cannot be used, or a kernel knob cannot be set at start (all
+/// before the loop starts). Failures inside a cycle are logged and counted
+/// (`tierd_loop_errors_total`); the loop keeps running.
+pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+    };
+    let (reload_tx, mut reload_rx) = mpsc::channel::<Option<ReloadReply>>(4);
+    let hup_tx = reload_tx.clone();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config");
+            if hup_tx.send(None).await.is_err() {
+                break;
+            }
+        }
+    });
+    // What a tierd that died left changed goes back first, so that nothing
+    // below reads tierd's own earlier writes as originals.
+    let journal_file = cfg.daemon.journal.clone();
+    let restored = journal::restore_leftover(&journal_file, |file| {
+        let dir = file.parent()?;
+        std::fs::metadata(dir).ok().map(|m| m.ino())
+    })
+    .with_context(|| format!("key daemon.journal in {}", cfg.source.display()))?;
+    if restored > 0 {
+        tracing::warn!(
+            restored,
+            journal = %journal_file.display(),
+            "a previous tierd stopped without restoring; its changes were undone"
+        );
+    }
+    // Declared before the actuators so it is dropped after them: the
+    // journal goes only once they have restored (or tried to).
+    let journal = JournalGuard(Arc::new(Mutex::new(Journal::new(Some(journal_file)))));
     let metrics = Arc::new(Metrics::new(cfg.daemon.promotion.as_str()));
     let status = Arc::new(Mutex::new(Status::default()));
     let mut controller = Controller::new(cfg.clone(), metrics.clone(), status.clone())?;
+    controller.set_journal(journal.0.clone());
 
     let listener = tokio::net::TcpListener::bind(cfg.listen_addr())
         .await
@@ -92,9 +242,11 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/status", get(status_handler))
+        .route("/reload", post(reload_handler))
         .with_state(Shared {
             metrics: metrics.clone(),
             status,
+            reloads: reload_tx,
         });
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -106,7 +258,7 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
     });
     tracing::info!(addr = %cfg.listen_addr(), "serving /metrics and /status");
 
-    let mut knobs = KernelKnobs::default();
+    let mut knobs = KernelKnobs::with_journal(journal.0.clone());
     if !controller.observe_only() {
         apply_knobs(&cfg, &mut knobs)?;
     }
@@ -119,8 +271,26 @@ pub async fn run(cfg: Config, shutdown: impl Future<Output = ()>) -> Result<()> 
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
+        // Biased: a stop that is already pending wins over a due cycle.
         tokio::select! {
+            biased;
             _ = &mut shutdown => break,
+            Some(reply) = reload_rx.recv() => {
+                let interval = controller.config().daemon.interval;
+                let res = reload(&mut controller);
+                let new_interval = controller.config().daemon.interval;
+                if new_interval != interval {
+                    ticker = tokio::time::interval_at(
+                        tokio::time::Instant::now() + new_interval,
+                        new_interval,
+                    );
+                    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(res);
+                }
+                continue;
+            }
             _ = ticker.tick() => {}
         }
         // A cycle does blocking cgroupfs I/O (memory.reclaim can take seconds),

@@ -27,16 +27,6 @@ enum Command {
     CheckConfig,
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
     tierd::init_logging();
@@ -65,7 +55,11 @@ fn main() -> Result<()> {
                 .max_blocking_threads(2)
                 .enable_all()
                 .build()?;
-            let res = rt.block_on(tierd::daemon::run(cfg, shutdown_signal()));
+            // Signals first, before anything is written (daemon::run).
+            let res = rt.block_on(async {
+                let signals = tierd::daemon::Signals::install()?;
+                tierd::daemon::run(cfg, signals).await
+            });
             if let Err(e) = &res {
                 tracing::error!("{e:#}");
             }

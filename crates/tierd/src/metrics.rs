@@ -2,7 +2,10 @@
 //! name (Prometheus naming: `_bytes`, `_seconds`, `_total`). prometheus-client
 //! appends `_total` to counters itself, so counters are registered without it.
 
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,7 +16,8 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
 }
 
 /// Phase of a control cycle, for [`Metrics::cycle_phase_seconds`].
@@ -30,7 +34,8 @@ pub struct PhaseLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerNodeLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub node: u32,
     pub tier: &'static str,
 }
@@ -46,7 +51,8 @@ pub fn tier_label(fast: bool) -> &'static str {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerTierLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub tier: &'static str,
 }
 
@@ -54,7 +60,8 @@ pub struct ContainerTierLabels {
 /// move_pages|damos.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub direction: &'static str,
     pub mechanism: &'static str,
 }
@@ -64,7 +71,8 @@ pub struct MoveLabels {
 /// cpuset), other, not_attempted (after a positive return), syscall.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MoveFailureLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub direction: &'static str,
     pub status: &'static str,
 }
@@ -73,7 +81,8 @@ pub struct MoveFailureLabels {
 /// the samples in an aggregation interval) per node.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeatLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub node: u32,
     pub tier: &'static str,
     pub freq: &'static str,
@@ -83,7 +92,8 @@ pub struct HeatLabels {
 /// regions with no access seen).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IdleLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub node: u32,
     pub tier: &'static str,
     pub idle: &'static str,
@@ -93,7 +103,8 @@ pub struct IdleLabels {
 /// is memory.stat, which has no node).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerFaultLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub node: String,
 }
 
@@ -102,7 +113,8 @@ pub struct ContainerFaultLabels {
 /// target checks failed), migrated, failed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PromotionLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub node: u32,
     pub outcome: &'static str,
 }
@@ -114,13 +126,15 @@ pub struct SourceLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerStateLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerReasonLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     /// Kernel demotion path from memory.stat: kswapd, direct (includes
     /// memory.reclaim), khugepaged.
     pub reason: &'static str,
@@ -128,7 +142,8 @@ pub struct ContainerReasonLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerErrorLabels {
-    pub container: String,
+    /// The cgroup path relative to the cgroup2 root.
+    pub cgroup: String,
     pub error: String,
 }
 
@@ -155,6 +170,90 @@ pub const FREQ_LABELS: [&str; hotness::heat::FREQ_BUCKETS] =
 pub const AGE_LABELS: [&str; hotness::heat::AGE_BUCKETS] =
     ["<1s", "1-4s", "4-16s", "16-64s", "64-256s", ">=256s"];
 
+/// Label sets that name a cgroup (the `cgroup` label).
+pub trait CgroupLabel {
+    fn cgroup(&self) -> &str;
+}
+
+macro_rules! cgroup_label {
+    ($($t:ty),*) => {$(
+        impl CgroupLabel for $t {
+            fn cgroup(&self) -> &str {
+                &self.cgroup
+            }
+        }
+    )*};
+}
+cgroup_label!(
+    ContainerLabels,
+    ContainerErrorLabels,
+    ContainerReasonLabels,
+    MoveLabels,
+    MoveFailureLabels,
+    ContainerFaultLabels,
+    PromotionLabels
+);
+
+/// A per-cgroup counter family that remembers the label sets of each cgroup,
+/// so that a vanished cgroup's series can be removed
+/// ([`Metrics::forget_cgroups`]): with container churn, series would
+/// otherwise grow without bound.
+pub struct PerCgroup<L> {
+    family: Family<L, Counter>,
+    seen: Mutex<HashMap<String, HashSet<L>>>,
+}
+
+impl<L> Default for PerCgroup<L>
+where
+    L: Clone + Hash + Eq,
+{
+    fn default() -> Self {
+        PerCgroup {
+            family: Family::default(),
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<L> PerCgroup<L>
+where
+    L: CgroupLabel + Clone + Hash + Eq,
+{
+    /// The counter of `labels` (shared with the registry), created at 0.
+    pub fn get_or_create(&self, labels: &L) -> Counter {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(labels.cgroup()) {
+            Some(sets) if sets.contains(labels) => {}
+            Some(sets) => {
+                sets.insert(labels.clone());
+            }
+            None => {
+                seen.insert(labels.cgroup().to_owned(), HashSet::from([labels.clone()]));
+            }
+        }
+        self.family.get_or_create_owned(labels)
+    }
+
+    /// Removes every series of the cgroups for which `alive` is false.
+    fn retain(&self, alive: &dyn Fn(&str) -> bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|cgroup, sets| {
+            if alive(cgroup) {
+                return true;
+            }
+            for l in sets.iter() {
+                self.family.remove(l);
+            }
+            false
+        });
+    }
+
+    /// Cgroups with at least one series.
+    pub fn cgroups(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
 /// Every metric tierd exports.
 pub struct Metrics {
     registry: Registry,
@@ -170,27 +269,27 @@ pub struct Metrics {
     pub container_memory_low_bytes: Family<ContainerLabels, Gauge>,
     pub container_memory_min_bytes: Family<ContainerLabels, Gauge>,
     pub container_state: Family<ContainerStateLabels, Gauge>,
-    pub container_demote_requested_bytes: Family<ContainerLabels, Counter>,
-    pub container_reclaim_short: Family<ContainerLabels, Counter>,
-    pub container_reclaim_errors: Family<ContainerErrorLabels, Counter>,
-    pub container_demoted_bytes: Family<ContainerReasonLabels, Counter>,
-    pub container_promoted_bytes: Family<ContainerLabels, Counter>,
+    pub container_demote_requested_bytes: PerCgroup<ContainerLabels>,
+    pub container_reclaim_short: PerCgroup<ContainerLabels>,
+    pub container_reclaim_errors: PerCgroup<ContainerErrorLabels>,
+    pub container_demoted_bytes: PerCgroup<ContainerReasonLabels>,
+    pub container_promoted_bytes: PerCgroup<ContainerLabels>,
     pub container_hot_bytes: Family<ContainerTierLabels, Gauge>,
     pub container_heat_bytes: Family<HeatLabels, Gauge>,
     pub container_idle_bytes: Family<IdleLabels, Gauge>,
     pub container_damon_regions: Family<ContainerLabels, Gauge>,
-    pub container_migrated_bytes: Family<MoveLabels, Counter>,
-    pub move_pages_failures: Family<MoveFailureLabels, Counter>,
+    pub container_migrated_bytes: PerCgroup<MoveLabels>,
+    pub move_pages_failures: PerCgroup<MoveFailureLabels>,
     pub container_damping_level: Family<ContainerLabels, Gauge>,
     pub container_pingpong_bytes_per_second: Family<ContainerLabels, Gauge>,
     pub damon_targets: Gauge,
     pub kdamond_restarts: Counter,
     hotness: Family<SourceLabels, Gauge>,
     hint_fault_source: Family<SourceLabels, Gauge>,
-    pub container_numa_hint_faults: Family<ContainerFaultLabels, Counter>,
-    pub container_numa_promotions: Family<PromotionLabels, Counter>,
+    pub container_numa_hint_faults: PerCgroup<ContainerFaultLabels>,
+    pub container_numa_promotions: PerCgroup<PromotionLabels>,
     pub container_lower_hint_faults_per_second: Family<ContainerLabels, GaugeF>,
-    pub container_repromoted_bytes: Family<ContainerLabels, Counter>,
+    pub container_repromoted_bytes: PerCgroup<ContainerLabels>,
     pub node_capacity_bytes: Family<NodeLabels, Gauge>,
     pub node_free_bytes: Family<NodeLabels, Gauge>,
     pub fast_pool_bytes: Gauge,
@@ -210,6 +309,12 @@ impl Metrics {
         let mut r = Registry::default();
         let mut names = Vec::new();
         macro_rules! reg {
+            (@cgroup $name:literal, $help:literal) => {{
+                let m = PerCgroup::default();
+                r.register($name, $help, m.family.clone());
+                names.push($name);
+                m
+            }};
             ($name:literal, $help:literal, $m:expr) => {{
                 let m = $m;
                 r.register($name, $help, m.clone());
@@ -228,27 +333,27 @@ impl Metrics {
             container_memory_low_bytes: reg!("tierd_container_memory_low_bytes", "memory.low protection written by tierd", Family::default()),
             container_memory_min_bytes: reg!("tierd_container_memory_min_bytes", "memory.min protection written by tierd (a local_low guarantee at stake)", Family::default()),
             container_state: reg!("tierd_container_state", "1 for the container's placement state (over_target, under_target, at_target, pinned)", Family::default()),
-            container_demote_requested_bytes: reg!("tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote", Family::default()),
-            container_reclaim_short: reg!("tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)", Family::default()),
-            container_reclaim_errors: reg!("tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error", Family::default()),
-            container_demoted_bytes: reg!("tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)", Family::default()),
-            container_promoted_bytes: reg!("tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)", Family::default()),
+            container_demote_requested_bytes: reg!(@cgroup "tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote"),
+            container_reclaim_short: reg!(@cgroup "tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)"),
+            container_reclaim_errors: reg!(@cgroup "tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error"),
+            container_demoted_bytes: reg!(@cgroup "tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)"),
+            container_promoted_bytes: reg!(@cgroup "tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)"),
             container_hot_bytes: reg!("tierd_container_hot_bytes", "Hot bytes (DAMON: accessed in at least hotness.hot_min_accesses samples per aggregation) resident on the tier", Family::default()),
             container_heat_bytes: reg!("tierd_container_heat_bytes", "Heat histogram: resident bytes by DAMON access frequency bucket, per node", Family::default()),
             container_idle_bytes: reg!("tierd_container_idle_bytes", "Idle-age histogram: resident bytes of regions with no access seen, by how long they have been idle, per node", Family::default()),
             container_damon_regions: reg!("tierd_container_damon_regions", "DAMON regions of the container's monitored processes", Family::default()),
-            container_migrated_bytes: reg!("tierd_container_migrated_bytes", "Bytes tierd moved itself, by direction (promote, demote) and mechanism (move_pages, damos); these appear in no memcg counter", Family::default()),
-            move_pages_failures: reg!("tierd_move_pages_failures", "Pages move_pages(2) did not move, by per-page status", Family::default()),
+            container_migrated_bytes: reg!(@cgroup "tierd_container_migrated_bytes", "Bytes tierd moved itself, by direction (promote, demote) and mechanism (move_pages, damos); these appear in no memcg counter"),
+            move_pages_failures: reg!(@cgroup "tierd_move_pages_failures", "Pages move_pages(2) did not move, by per-page status"),
             container_damping_level: reg!("tierd_container_thrash_damping_level", "Thrash damping level (0 = none; each level halves the promotion budget and doubles the promotion band)", Family::default()),
             container_pingpong_bytes_per_second: reg!("tierd_container_pingpong_bytes_per_second", "Bytes per second demoted and promoted again within the thrash window", Family::default()),
             damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
             kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),
             hotness: reg!("tierd_hotness_source", "1 for the active demand source: damon, or usage (DAMON unavailable or off)", Family::default()),
             hint_fault_source: reg!("tierd_hint_fault_source", "1 for the active source of per-container hint faults: ebpf (the probe) or memory_stat", Family::default()),
-            container_numa_hint_faults: reg!("tierd_container_numa_hint_faults", "NUMA hint faults on the container's pages, by the node the page was on (all: memory.stat, no node)", Family::default()),
-            container_numa_promotions: reg!("tierd_container_numa_promotions", "Kernel NUMA-balancing migrations of the container's pages to a node, by outcome (candidate, dropped, migrated, failed); eBPF probe only", Family::default()),
+            container_numa_hint_faults: reg!(@cgroup "tierd_container_numa_hint_faults", "NUMA hint faults on the container's pages, by the node the page was on (all: memory.stat, no node)"),
+            container_numa_promotions: reg!(@cgroup "tierd_container_numa_promotions", "Kernel NUMA-balancing migrations of the container's pages to a node, by outcome (candidate, dropped, migrated, failed); eBPF probe only"),
             container_lower_hint_faults_per_second: reg!("tierd_container_lower_tier_hint_faults_per_second", "Hint faults per second on the container's lower-tier pages (eBPF probe): the kernel's view of its lower-tier heat", Family::default()),
-            container_repromoted_bytes: reg!("tierd_container_repromoted_bytes", "Bytes the kernel promoted (eBPF probe) that tierd had demoted with move_pages within the thrash window: exact ping-pong", Family::default()),
+            container_repromoted_bytes: reg!(@cgroup "tierd_container_repromoted_bytes", "Bytes the kernel promoted (eBPF probe) that tierd had demoted with move_pages within the thrash window: exact ping-pong"),
             node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
             node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
             fast_pool_bytes: reg!("tierd_fast_pool_bytes", "Fast-tier bytes shared among managed containers this cycle", Gauge::default()),
@@ -270,6 +375,22 @@ impl Metrics {
             })
             .set(1);
         m
+    }
+
+    /// Removes the counter series of every cgroup for which `alive` is false
+    /// (the gauges are cleared and set again each cycle).
+    pub fn forget_cgroups(&self, alive: impl Fn(&str) -> bool) {
+        let alive: &dyn Fn(&str) -> bool = &alive;
+        self.container_demote_requested_bytes.retain(alive);
+        self.container_reclaim_short.retain(alive);
+        self.container_reclaim_errors.retain(alive);
+        self.container_demoted_bytes.retain(alive);
+        self.container_promoted_bytes.retain(alive);
+        self.container_migrated_bytes.retain(alive);
+        self.move_pages_failures.retain(alive);
+        self.container_numa_hint_faults.retain(alive);
+        self.container_numa_promotions.retain(alive);
+        self.container_repromoted_bytes.retain(alive);
     }
 
     /// Drops the per-container gauge series (not the counters) so that a
@@ -331,7 +452,7 @@ impl Metrics {
         for (i, &b) in h.by_freq.iter().enumerate() {
             self.container_heat_bytes
                 .get_or_create(&HeatLabels {
-                    container: container.to_owned(),
+                    cgroup: container.to_owned(),
                     node,
                     tier,
                     freq: FREQ_LABELS[i],
@@ -341,7 +462,7 @@ impl Metrics {
         for (i, &b) in h.by_age_idle.iter().enumerate() {
             self.container_idle_bytes
                 .get_or_create(&IdleLabels {
-                    container: container.to_owned(),
+                    cgroup: container.to_owned(),
                     node,
                     tier,
                     idle: AGE_LABELS[i],
@@ -368,4 +489,52 @@ impl Metrics {
 /// Saturating u64 → i64 for gauges.
 pub fn gauge_bytes(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A vanished cgroup's counter series go, a live one's stay, and every
+    /// per-container series is labelled `cgroup`.
+    #[test]
+    fn vanished_cgroups_lose_their_counter_series() {
+        let m = Metrics::new("kernel");
+        for cg in ["a.slice/x", "a.slice/y"] {
+            m.container_demote_requested_bytes
+                .get_or_create(&ContainerLabels { cgroup: cg.into() })
+                .inc_by(4096);
+            for reason in ["kswapd", "direct"] {
+                m.container_demoted_bytes
+                    .get_or_create(&ContainerReasonLabels {
+                        cgroup: cg.into(),
+                        reason,
+                    })
+                    .inc();
+            }
+            m.container_reclaim_errors
+                .get_or_create(&ContainerErrorLabels {
+                    cgroup: cg.into(),
+                    error: "EBUSY".into(),
+                })
+                .inc();
+        }
+        let text = m.encode();
+        assert_eq!(text.matches("cgroup=\"a.slice/y\"").count(), 4, "{text}");
+        assert!(!text.contains("container=\""), "{text}");
+        m.forget_cgroups(|p| p == "a.slice/x");
+        let text = m.encode();
+        assert!(!text.contains("a.slice/y"), "{text}");
+        assert_eq!(text.matches("cgroup=\"a.slice/x\"").count(), 4, "{text}");
+        assert_eq!(m.container_demoted_bytes.cgroups(), 1);
+        // The same counter continues for a live cgroup.
+        assert_eq!(
+            m.container_demote_requested_bytes
+                .get_or_create(&ContainerLabels {
+                    cgroup: "a.slice/x".into()
+                })
+                .get(),
+            4096
+        );
+    }
 }

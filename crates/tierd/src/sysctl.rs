@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::journal::SharedJournal;
+
 /// `demotion_enabled` below the sysfs root (Documentation/ABI/testing/sysfs-kernel-mm-numa).
 pub const DEMOTION_ENABLED: &str = "kernel/mm/numa/demotion_enabled";
 /// `kernel.numa_balancing` below the procfs root (Documentation/admin-guide/sysctl/kernel.rst):
@@ -23,9 +25,19 @@ struct Saved {
 #[derive(Debug, Default)]
 pub struct KernelKnobs {
     saved: Vec<Saved>,
+    journal: Option<SharedJournal>,
 }
 
 impl KernelKnobs {
+    /// Knobs whose originals are journalled in `journal` before each first
+    /// write (see [`crate::journal`]).
+    pub fn with_journal(journal: SharedJournal) -> Self {
+        KernelKnobs {
+            saved: Vec::new(),
+            journal: Some(journal),
+        }
+    }
+
     /// Writes `value` to `path` unless it already holds it; remembers the old
     /// value for restore. Errors name the path (missing file: the kernel lacks
     /// the feature; EACCES: not root).
@@ -41,6 +53,12 @@ impl KernelKnobs {
             .to_owned();
         if normalize(&original) == normalize(value) {
             return Ok(());
+        }
+        if let Some(j) = &self.journal {
+            j.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .record(path, &original, None)
+                .with_context(|| format!("{}: not changed", path.display()))?;
         }
         std::fs::write(path, value).with_context(|| {
             format!(
@@ -64,7 +82,10 @@ impl KernelKnobs {
         while let Some(s) = self.saved.pop() {
             match std::fs::write(&s.path, &s.original) {
                 Ok(()) => {
-                    tracing::info!(path = %s.path.display(), value = %s.original, "restored kernel setting")
+                    tracing::info!(path = %s.path.display(), value = %s.original, "restored kernel setting");
+                    if let Some(j) = &self.journal {
+                        j.lock().unwrap_or_else(|e| e.into_inner()).forget(&s.path);
+                    }
                 }
                 Err(e) => {
                     tracing::error!(path = %s.path.display(), value = %s.original, error = %e, "cannot restore kernel setting")

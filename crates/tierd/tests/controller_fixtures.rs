@@ -67,13 +67,13 @@ fn over_target_container_gets_memory_reclaim_and_no_protection() {
     assert_eq!(s.containers[0].lower_bytes, 16777216);
     let m = metrics.encode();
     for line in [
-        format!("tierd_container_target_bytes{{container=\"test.slice/app\"}} {}", usage / 2),
+        format!("tierd_container_target_bytes{{cgroup=\"test.slice/app\"}} {}", usage / 2),
         format!(
-            "tierd_container_memory_bytes{{container=\"test.slice/app\",node=\"1\",tier=\"lower\"}} {}",
+            "tierd_container_memory_bytes{{cgroup=\"test.slice/app\",node=\"1\",tier=\"lower\"}} {}",
             16777216
         ),
         format!(
-            "tierd_container_demote_requested_bytes_total{{container=\"test.slice/app\"}} {}",
+            "tierd_container_demote_requested_bytes_total{{cgroup=\"test.slice/app\"}} {}",
             p.demote_bytes
         ),
         "tierd_host_tiered 1".to_string(),

@@ -605,6 +605,11 @@ fn run_mode(
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
+            // tierd refuses a group- or world-writable config.
+            {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&cfg_path, fs::Permissions::from_mode(0o600))?;
+            }
             let v: toml::Value = toml::from_str(&cfg_text).context("tierd_config")?;
             if let Some(a) = v
                 .get("daemon")

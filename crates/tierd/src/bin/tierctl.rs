@@ -1,4 +1,5 @@
-//! `tierctl status`: the daemon's view per container, as a table.
+//! `tierctl status`: the daemon's view per container, as a table;
+//! `tierctl reload`: reload tierd's config and print the outcome.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -6,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use tierd::controller::Status;
+use tierd::status::Status;
 
 #[derive(Parser)]
 #[command(version, about = "Query a running tierd")]
@@ -28,15 +29,22 @@ enum Cmd {
     },
     /// The raw Prometheus exposition.
     Metrics,
+    /// Reload the config file (as SIGHUP does) and print what was applied,
+    /// or why the file was refused (exit 1; the running config is kept).
+    Reload,
 }
 
-/// A plain HTTP/1.0 GET: the endpoint is local and speaks HTTP/1.
-fn get(addr: &str, path: &str) -> Result<String> {
+/// A plain HTTP/1.0 request without a body (`GET`, `POST`): the endpoint is
+/// local and speaks HTTP/1.
+fn request(method: &str, addr: &str, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(addr).with_context(|| {
         format!("cannot connect to tierd at {addr} (is tierd.service running?)")
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )?;
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     let Some((head, body)) = buf.split_once("\r\n\r\n") else {
@@ -59,9 +67,10 @@ fn mib(b: u64) -> String {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Metrics => print!("{}", get(&cli.addr, "/metrics")?),
+        Cmd::Metrics => print!("{}", request("GET", &cli.addr, "/metrics")?),
+        Cmd::Reload => print!("{}", request("POST", &cli.addr, "/reload")?),
         Cmd::Status { json } => {
-            let body = get(&cli.addr, "/status")?;
+            let body = request("GET", &cli.addr, "/status")?;
             if json {
                 println!("{body}");
                 return Ok(());

@@ -455,6 +455,29 @@ impl Topology {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Lines of the captured zoneinfo, shuffled, cut and mixed with
+        /// arbitrary ones, never panic the parser; errors name the file.
+        #[test]
+        fn zoneinfo_parser_never_panics_and_errors_name_the_file(
+            picks in proptest::collection::vec((0usize..2000, ".{0,30}", proptest::bool::ANY), 0..40),
+        ) {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/linux-6.12/proc/zoneinfo");
+            let real: Vec<String> = fs::read_to_string(&path).unwrap().lines().map(String::from).collect();
+            let text: Vec<String> = picks
+                .iter()
+                .map(|(i, junk, keep)| {
+                    let l = &real[i % real.len()];
+                    if *keep { l.clone() } else { format!("{}{junk}", &l[..l.len() / 2]) }
+                })
+                .collect();
+            if let Err(e) = zone_reserve_pages(Path::new("/proc/zoneinfo"), &text.join("\n")) {
+                proptest::prop_assert!(e.to_string().contains("/proc/zoneinfo"), "{}", e);
+            }
+        }
+    }
+
     #[test]
     fn zone_reserve_from_the_guest_zoneinfo() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

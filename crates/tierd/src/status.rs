@@ -1,0 +1,64 @@
+//! The wire types of `/status`, shared by the daemon (which fills them each
+//! cycle) and `tierctl` (which reads them): JSON, one object per cycle with
+//! one entry per managed container. Fields added later carry
+//! `#[serde(default)]` so that a newer `tierctl` reads an older tierd.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What `/status` and `tierctl status` show: the last cycle, per container.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Status {
+    pub tiered: bool,
+    pub promotion: String,
+    pub fast_nodes: Vec<u32>,
+    pub lower_nodes: Vec<u32>,
+    pub fast_capacity_bytes: u64,
+    pub fast_free_bytes: u64,
+    pub pool_bytes: u64,
+    pub guarantees_scaled: bool,
+    pub cycles: u64,
+    /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
+    pub hotness: String,
+    /// Where hint faults come from: "ebpf" or "memory_stat" (and why the
+    /// probe is off).
+    #[serde(default)]
+    pub hint_faults: String,
+    pub mover: String,
+    pub damon_targets: usize,
+    pub kdamond_restarts: u64,
+    pub containers: Vec<ContainerStatus>,
+}
+
+/// One managed container in [`Status`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    /// The cgroup path relative to the cgroup2 root.
+    pub container: String,
+    pub id: u64,
+    pub policy: String,
+    pub fast_bytes: u64,
+    pub lower_bytes: u64,
+    pub demand_bytes: u64,
+    pub local_low_bytes: u64,
+    pub local_high_bytes: u64,
+    pub target_bytes: u64,
+    pub memory_low_bytes: u64,
+    /// memory.min written (a guarantee at stake), bytes; absent in older
+    /// tierd's /status.
+    #[serde(default)]
+    pub memory_min_bytes: u64,
+    pub demote_bytes: u64,
+    pub promote_bytes: u64,
+    pub state: String,
+    /// Hot bytes per tier (`fast`, `lower`), when DAMON knows them.
+    pub hot_fast_bytes: Option<u64>,
+    pub hot_lower_bytes: Option<u64>,
+    /// Bytes tierd moved itself, since start, by direction and mechanism
+    /// (e.g. `promote/move_pages`).
+    pub moved_bytes: BTreeMap<String, u64>,
+    /// Thrash damping level (0 = none) and ping-pong rate.
+    pub damping_level: u32,
+    pub pingpong_bytes_per_s: u64,
+}
