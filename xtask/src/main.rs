@@ -238,7 +238,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 "warnings",
             ])?;
             build_release()?;
-            cargo(&["test", "--workspace"])?;
+            cargo(&["test", "--workspace", "--no-fail-fast"])?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -15,6 +15,7 @@ use policy::{
     ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
 };
 
+use crate::actuators::{protection_limit, CpusetMems, Knob, Protection, Writes};
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
 use crate::heatmon::{ContainerReading, HeatMonitor, Member};
 use crate::hintfaults::HintFaults;
@@ -57,15 +58,12 @@ struct MemcgCounters {
     numa_hint_faults: u64,
 }
 
-/// A cgroup file tierd overwrote, with what it held before.
-#[derive(Debug, Clone)]
-struct Written<T> {
-    id: u64,
-    original: T,
-    current: T,
-}
-
 pub use crate::status::{ContainerStatus, Status};
+
+/// Test-only fault point: with this set to N in tierd's environment, cycle
+/// N panics after its writes, so the VM tests can show that a panic
+/// restores the host (the drop guards). Never set in production.
+pub const PANIC_AT_CYCLE_ENV: &str = "TIERD_TEST_PANIC_AT_CYCLE";
 
 /// The control loop's state between cycles.
 pub struct Controller {
@@ -75,15 +73,16 @@ pub struct Controller {
     observe_only: bool,
     /// Set by [`Controller::restore`]: `Drop` restores only if it is unset.
     restored: bool,
-    /// Where originals are recorded before each first write (none in
-    /// fixture tests).
-    journal: Option<SharedJournal>,
+    /// Test-only fault point ([`PANIC_AT_CYCLE_ENV`]).
+    panic_at_cycle: Option<u64>,
     policy_state: PolicyState,
     last_cycle: Option<Instant>,
     counters: HashMap<u64, MemcgCounters>,
     /// memory.low and memory.min written, by (knob, cgroup path).
-    protect_written: BTreeMap<(Protection, String), Written<Limit>>,
-    mems_written: BTreeMap<String, Written<NodeSet>>,
+    /// memory.low / memory.min written, with their originals.
+    protection: Writes<Protection>,
+    /// cpuset.mems written for opt_out, with their originals.
+    pinning: Writes<CpusetMems>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
     cycles: u64,
@@ -191,63 +190,6 @@ fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
     }
 }
 
-/// The value written for a protection the policy gives in bytes: 0 stays 0,
-/// anything else is `max`. The policy protects a container's whole usage
-/// (memory.numa_stat: anon + file per node), but the kernel compares the
-/// effective protection with `memory.current`, which also counts kernel
-/// memory (page tables, slab: 620 KiB above anon + file in the captured
-/// 6.12 cgroup) — `mem_cgroup_below_low`/`_below_min` in
-/// include/linux/memcontrol.h need protection ≥ `memory.current` — so
-/// writing the usage in bytes protects nothing under the multi-gen LRU and
-/// only most of it under the classic LRU's proportional scan.
-fn protection_limit(bytes: u64) -> Limit {
-    if bytes == 0 {
-        Limit::Bytes(0)
-    } else {
-        Limit::Max
-    }
-}
-
-/// The cgroup protection knobs tierd writes (cgroup-v2.rst "Memory
-/// Protection"): both cover a memcg's total usage, `low` best effort, `min`
-/// hard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Protection {
-    Low,
-    Min,
-}
-
-impl Protection {
-    fn file(self) -> &'static str {
-        match self {
-            Protection::Low => "memory.low",
-            Protection::Min => "memory.min",
-        }
-    }
-
-    /// Error label of `tierd_container_reclaim_errors`.
-    fn metric(self) -> &'static str {
-        match self {
-            Protection::Low => "memory_low",
-            Protection::Min => "memory_min",
-        }
-    }
-
-    fn read(self, cg: &CgroupFs, path: &str) -> cgroupctl::Result<Limit> {
-        match self {
-            Protection::Low => cg.memory_low(path),
-            Protection::Min => cg.memory_min(path),
-        }
-    }
-
-    fn write(self, cg: &CgroupFs, path: &str, value: Limit) -> cgroupctl::Result<()> {
-        match self {
-            Protection::Low => cg.set_memory_low(path, value),
-            Protection::Min => cg.set_memory_min(path, value),
-        }
-    }
-}
-
 /// Cycles between attempts to claim DAMON after it was unavailable (busy
 /// with someone else's kdamonds): about a minute at the default interval.
 const DAMON_RETRY_CYCLES: u64 = 30;
@@ -318,8 +260,8 @@ impl Controller {
             policy_state: PolicyState::default(),
             last_cycle: None,
             counters: HashMap::new(),
-            protect_written: BTreeMap::new(),
-            mems_written: BTreeMap::new(),
+            protection: Writes::default(),
+            pinning: Writes::default(),
             metrics,
             status,
             cycles: 0,
@@ -331,7 +273,9 @@ impl Controller {
             alive_ids: HashSet::new(),
             demand_hold: DemandHolds::default(),
             restored: false,
-            journal: None,
+            panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
         };
         c.setup_hotness();
         Ok(c)
@@ -595,6 +539,12 @@ impl Controller {
         self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
         self.lap(&mut phase, "publish");
         self.cycles += 1;
+        if self.panic_at_cycle == Some(self.cycles) {
+            panic!(
+                "{PANIC_AT_CYCLE_ENV}={}: injected panic after the cycle's writes",
+                self.cycles
+            );
+        }
         self.metrics
             .loop_duration_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -772,7 +722,7 @@ impl Controller {
         let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
-            if p.state == PlacementState::Pinned && !self.mems_written.contains_key(&m.path) {
+            if p.state == PlacementState::Pinned && !self.pinning.contains(CpusetMems, &m.path) {
                 self.pin(m, fast);
             }
             for (knob, bytes) in [
@@ -781,9 +731,7 @@ impl Controller {
             ] {
                 // memory.min is written only once it is wanted: a host
                 // without guarantees never sees tierd touch it.
-                if knob == Protection::Min
-                    && bytes == 0
-                    && !self.protect_written.contains_key(&(knob, m.path.clone()))
+                if knob == Protection::Min && bytes == 0 && !self.protection.contains(knob, &m.path)
                 {
                     continue;
                 }
@@ -799,10 +747,7 @@ impl Controller {
         // none protected below it, what it had before tierd (0 if tierd wrote
         // nothing there).
         for ((knob, path), protected) in ancestor_sum {
-            let written = self
-                .protect_written
-                .get(&(knob, path.clone()))
-                .map(|w| w.original);
+            let written = self.protection.original(knob, &path);
             let want = match (protected, written) {
                 (true, _) => Limit::Max,
                 (false, Some(original)) => original,
@@ -1075,45 +1020,9 @@ impl Controller {
     }
 
     fn write_protection(&mut self, knob: Protection, path: &str, id: u64, value: Limit) {
-        let key = (knob, path.to_owned());
-        if let Some(w) = self.protect_written.get(&key) {
-            if w.id == id && w.current == value {
-                return;
-            }
-        }
-        let original = match self.protect_written.get(&key) {
-            Some(w) if w.id == id => w.original,
-            _ => match knob.read(&self.cg, path) {
-                Ok(v) => {
-                    let file = self.cg.dir(path).join(knob.file());
-                    if let Err(e) = self.journal_record(&file, &v.to_string(), id) {
-                        tracing::warn!(error = format!("{e:#}"), "{} not written", file.display());
-                        return;
-                    }
-                    v
-                }
-                Err(e) => {
-                    tracing::debug!(container = %path, error = %e, "{} unreadable; skipped", knob.file());
-                    return;
-                }
-            },
-        };
-        match knob.write(&self.cg, path, value) {
-            Ok(()) => {
-                self.protect_written.insert(
-                    key,
-                    Written {
-                        id,
-                        original,
-                        current: value,
-                    },
-                );
-            }
-            Err(cgroupctl::Error::Vanished(_)) => {}
-            Err(e) => {
-                tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());
-                self.count_error(path, knob.metric(), &e);
-            }
+        if let Err(e) = self.protection.write(&self.cg, knob, path, id, value) {
+            tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());
+            self.count_error(path, knob.metric(), &e);
         }
     }
 
@@ -1128,30 +1037,14 @@ impl Controller {
             self.count_error(&m.path, "cpuset", &e);
             return;
         }
-        // The first original stays: a later read would see tierd's own value.
-        let original = match self.mems_written.get(&m.path) {
-            Some(w) if w.id == m.id => w.original.clone(),
-            _ => {
-                let v = self.cg.cpuset_mems(&m.path).unwrap_or_default();
-                let file = self.cg.dir(&m.path).join("cpuset.mems");
-                if let Err(e) = self.journal_record(&file, &v.to_string(), m.id) {
-                    tracing::warn!(error = format!("{e:#}"), "{} not written", file.display());
-                    return;
-                }
-                v
-            }
-        };
-        match self.cg.set_cpuset_mems(&m.path, fast) {
+        match self
+            .pinning
+            .write(&self.cg, CpusetMems, &m.path, m.id, fast.clone())
+        {
             Ok(()) => {
-                tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
-                self.mems_written.insert(
-                    m.path.clone(),
-                    Written {
-                        id: m.id,
-                        original,
-                        current: fast.clone(),
-                    },
-                );
+                if self.pinning.contains(CpusetMems, &m.path) {
+                    tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
+                }
             }
             Err(e) => {
                 tracing::warn!(container = %m.path, error = %e, "cannot write cpuset.mems");
@@ -1168,22 +1061,8 @@ impl Controller {
             managed.iter().any(|m| m.path == path && m.id == id)
                 || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
         };
-        let mut gone = Vec::new();
-        self.protect_written.retain(|(k, p), w| {
-            alive(p, w.id) || {
-                gone.push(cg.dir(p).join(k.file()));
-                false
-            }
-        });
-        self.mems_written.retain(|p, w| {
-            alive(p, w.id) || {
-                gone.push(cg.dir(p).join("cpuset.mems"));
-                false
-            }
-        });
-        for f in gone {
-            self.journal_forget(&f);
-        }
+        self.protection.forget_vanished(cg, alive);
+        self.pinning.forget_vanished(cg, alive);
     }
 
     /// Applies a config reloaded from the same file (SIGHUP, `tierctl
@@ -1203,25 +1082,8 @@ impl Controller {
     /// Journals the original of every cgroup file before tierd first
     /// writes it (see [`crate::journal`]).
     pub fn set_journal(&mut self, journal: SharedJournal) {
-        self.journal = Some(journal);
-    }
-
-    /// Records `file`'s original in the journal before a first write.
-    /// Errors: the journal cannot be persisted (the write must not happen).
-    fn journal_record(&self, file: &std::path::Path, original: &str, id: u64) -> Result<()> {
-        match &self.journal {
-            Some(j) => j
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .record(file, original, Some(id)),
-            None => Ok(()),
-        }
-    }
-
-    fn journal_forget(&self, file: &std::path::Path) {
-        if let Some(j) = &self.journal {
-            j.lock().unwrap_or_else(|e| e.into_inner()).forget(file);
-        }
+        self.protection.set_journal(journal.clone());
+        self.pinning.set_journal(journal);
     }
 
     /// The running config (after reloads).
@@ -1251,41 +1113,8 @@ impl Controller {
             }
         }
         self.hot = Hotness::default();
-        // Reverse order: memory.min before memory.low, and children (longer
-        // paths) before their parents, so no child is ever capped below the
-        // value it is being restored to.
-        for ((knob, path), w) in std::mem::take(&mut self.protect_written).into_iter().rev() {
-            if self.cg.cgroup_id(&path).ok() != Some(w.id) {
-                continue;
-            }
-            match knob.write(&self.cg, &path, w.original) {
-                Ok(()) => self.journal_forget(&self.cg.dir(&path).join(knob.file())),
-                Err(e) => {
-                    tracing::warn!(container = %path, error = %e, "cannot restore {}", knob.file())
-                }
-            }
-        }
-        for (path, w) in std::mem::take(&mut self.mems_written) {
-            if self.cg.cgroup_id(&path).ok() != Some(w.id) {
-                continue;
-            }
-            let mut res = self.cg.set_cpuset_mems(&path, &w.original);
-            if res.is_err() && w.original.is_empty() {
-                // An empty cpuset.mems ("inherit") cannot be written back while
-                // the cgroup has tasks (ENOSPC); the parent's effective nodes
-                // are what it had.
-                let parent = ancestors(&path).pop().unwrap_or_default();
-                if let Ok(nodes) = self.cg.cpuset_mems_effective(&parent) {
-                    res = self.cg.set_cpuset_mems(&path, &nodes);
-                }
-            }
-            match res {
-                Ok(()) => self.journal_forget(&self.cg.dir(&path).join("cpuset.mems")),
-                Err(e) => {
-                    tracing::warn!(container = %path, error = %e, "cannot restore cpuset.mems")
-                }
-            }
-        }
+        self.protection.restore(&self.cg);
+        self.pinning.restore(&self.cg);
         tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
     }
 

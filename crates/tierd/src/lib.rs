@@ -4,6 +4,7 @@
 //! `memory.low` (protection) and `cpuset.mems` (opt-out pinning).
 //! See DESIGN.md for the architecture and the policy semantics.
 
+pub mod actuators;
 pub mod config;
 pub mod controller;
 pub mod daemon;

@@ -800,6 +800,52 @@ grep -E 'panicked|ERROR' /tmp/tierd.log | head -5
     assert!(!g.output.contains("panicked"), "{}", g.output);
 }
 
+/// Issue 12: a panic in a cycle (injected through the test-only fault point
+/// `TIERD_TEST_PANIC_AT_CYCLE`) ends tierd with an error and every setting
+/// put back by the drop guards, and the journal removed.
+#[test]
+fn a_panic_in_a_cycle_restores_everything() {
+    let g = boot(
+        &[
+            KNOBS_OFF_WITH_A,
+            r#"
+printf '[daemon]\ninterval = "1s"\nnuma_balancing = 2\ndemotion_enabled = true\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+state() {
+    echo "demotion=$(cat /sys/kernel/mm/numa/demotion_enabled) nb=$(cat /proc/sys/kernel/numa_balancing) low=$(cat $CG/tenants.slice/a/memory.low)"
+}
+TIERD_TEST_PANIC_AT_CYCLE=6 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+T=$!
+wait_cycles 2
+echo "RUNNING $(state)"
+wait $T
+echo "EXIT $?"
+echo "AFTER $(state)"
+echo "JOURNAL $(test -e /run/tierd/journal.json && echo kept || echo removed)"
+grep -c "injected panic" /tmp/tierd.log | sed 's/^/PANICKED /'
+"#,
+        ]
+        .concat(),
+        300,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let line = |p: &str| line_of(&g.output, p);
+    let running = line("RUNNING");
+    assert!(
+        running.contains("demotion=true") && !running.ends_with("low=12345344"),
+        "tierd changed nothing before the panic: {running}\n{}",
+        g.output
+    );
+    assert_eq!(line("PANICKED"), "PANICKED 1", "{}", g.output);
+    assert_ne!(line("EXIT"), "EXIT 0", "{}", g.output);
+    assert_eq!(
+        line("AFTER"),
+        "AFTER demotion=false nb=0 low=12345344",
+        "{}",
+        g.output
+    );
+    assert_eq!(line("JOURNAL"), "JOURNAL removed", "{}", g.output);
+}
+
 #[test]
 fn survives_a_container_deleted_mid_run() {
     let g = boot(
