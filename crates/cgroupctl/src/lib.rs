@@ -477,6 +477,18 @@ impl CgroupFs {
             .join(" ");
         self.write(rel, "cgroup.subtree_control", data.as_bytes())
     }
+
+    /// Disables controllers for the children of `rel`, writing `-cpuset ...`
+    /// to its `cgroup.subtree_control` in one write. EBUSY while a child
+    /// still enables the controller for its own children.
+    pub fn disable_controllers(&self, rel: &str, controllers: &[&str]) -> Result<()> {
+        let data = controllers
+            .iter()
+            .map(|c| format!("-{c}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.write(rel, "cgroup.subtree_control", data.as_bytes())
+    }
 }
 
 fn vanished_errno(e: &io::Error) -> bool {

@@ -1,6 +1,7 @@
 //! The cgroup files tierd writes to steer the kernel, one actuator per
 //! kind: protection (`memory.low`, `memory.min`) and pinning (`cpuset.mems`
-//! for `opt_out`). Each actuator owns the record of what it wrote — the
+//! for `opt_out`, and the cpuset controller in its parent's
+//! `cgroup.subtree_control`). Each actuator owns the record of what it wrote — the
 //! cgroup id, the original and tierd's current value per file — journals
 //! each original before its first write ([`crate::journal`]), and puts the
 //! originals back ([`Writes::restore`]). Demotion (`memory.reclaim`) changes
@@ -273,6 +274,51 @@ impl Knob for CpusetMems {
             }
         }
         res
+    }
+}
+
+/// The cpuset controller in a parent's `cgroup.subtree_control`: enabled
+/// so that an `opt_out` child has a `cpuset.mems` to write; disabled again
+/// at restore where tierd enabled it (after the children's `cpuset.mems`,
+/// which [`crate::controller::Controller::restore`] puts back first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SubtreeCpuset;
+
+/// Whether a controller is enabled for a cgroup's children, as
+/// [`SubtreeCpuset`] reads and writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enabled(pub bool);
+
+impl Display for Enabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // As journalled: what to write back to cgroup.subtree_control.
+        f.write_str(if self.0 { "+cpuset" } else { "-cpuset" })
+    }
+}
+
+impl Knob for SubtreeCpuset {
+    type Value = Enabled;
+
+    fn file(self) -> &'static str {
+        "cgroup.subtree_control"
+    }
+
+    fn metric(self) -> &'static str {
+        "cpuset"
+    }
+
+    fn read(self, cg: &CgroupFs, path: &str) -> cgroupctl::Result<Enabled> {
+        Ok(Enabled(
+            cg.subtree_control(path)?.iter().any(|c| c == "cpuset"),
+        ))
+    }
+
+    fn write(self, cg: &CgroupFs, path: &str, value: &Enabled) -> cgroupctl::Result<()> {
+        if value.0 {
+            cg.enable_controllers(path, &["cpuset"])
+        } else {
+            cg.disable_controllers(path, &["cpuset"])
+        }
     }
 }
 

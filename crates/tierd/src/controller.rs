@@ -15,7 +15,9 @@ use policy::{
     ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
 };
 
-use crate::actuators::{protection_limit, CpusetMems, Knob, Protection, Writes};
+use crate::actuators::{
+    protection_limit, CpusetMems, Enabled, Knob, Protection, SubtreeCpuset, Writes,
+};
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
 use crate::heatmon::{ContainerReading, HeatMonitor, Member};
 use crate::hintfaults::HintFaults;
@@ -83,6 +85,8 @@ pub struct Controller {
     protection: Writes<Protection>,
     /// cpuset.mems written for opt_out, with their originals.
     pinning: Writes<CpusetMems>,
+    /// The cpuset controller enabled in opt_out containers' parents.
+    subtree: Writes<SubtreeCpuset>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
     cycles: u64,
@@ -262,6 +266,7 @@ impl Controller {
             counters: HashMap::new(),
             protection: Writes::default(),
             pinning: Writes::default(),
+            subtree: Writes::default(),
             metrics,
             status,
             cycles: 0,
@@ -1031,7 +1036,11 @@ impl Controller {
     fn pin(&mut self, m: &Managed, fast: &NodeSet) {
         // cpuset.mems exists only where the parent enables the controller.
         let parent = ancestors(&m.path).pop().unwrap_or_default();
-        if let Err(e) = self.cg.enable_controllers(&parent, &["cpuset"]) {
+        let parent_id = self.cg.cgroup_id(&parent).unwrap_or(0);
+        if let Err(e) =
+            self.subtree
+                .write(&self.cg, SubtreeCpuset, &parent, parent_id, Enabled(true))
+        {
             tracing::warn!(container = %m.path, error = %e,
                 "cannot enable the cpuset controller for opt_out; the container stays unpinned");
             self.count_error(&m.path, "cpuset", &e);
@@ -1063,6 +1072,7 @@ impl Controller {
         };
         self.protection.forget_vanished(cg, alive);
         self.pinning.forget_vanished(cg, alive);
+        self.subtree.forget_vanished(cg, alive);
     }
 
     /// Applies a config reloaded from the same file (SIGHUP, `tierctl
@@ -1083,7 +1093,8 @@ impl Controller {
     /// writes it (see [`crate::journal`]).
     pub fn set_journal(&mut self, journal: SharedJournal) {
         self.protection.set_journal(journal.clone());
-        self.pinning.set_journal(journal);
+        self.pinning.set_journal(journal.clone());
+        self.subtree.set_journal(journal);
     }
 
     /// The running config (after reloads).
@@ -1114,7 +1125,10 @@ impl Controller {
         }
         self.hot = Hotness::default();
         self.protection.restore(&self.cg);
+        // Children's cpuset.mems first: the controller can go from the
+        // parent only after.
         self.pinning.restore(&self.cg);
+        self.subtree.restore(&self.cg);
         tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
     }
 

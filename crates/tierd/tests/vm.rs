@@ -956,6 +956,7 @@ echo 1 > /sys/kernel/mm/numa/demotion_enabled
 echo 32M > $CG/tenants.slice/pay/memory.reclaim
 echo 0 > /sys/kernel/mm/numa/demotion_enabled
 emit_node tenants.slice/pay
+echo "SUBTREE_BEFORE $(cat $CG/tenants.slice/cgroup.subtree_control)"
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
@@ -975,7 +976,8 @@ emit_node tenants.slice/pay
 emit_status
 kill -TERM $TIERD
 wait $TIERD
-echo "AFTER [$(cat $CG/tenants.slice/pay/cpuset.mems)]"
+echo "AFTER [$(cat $CG/tenants.slice/pay/cpuset.mems 2>/dev/null)]"
+echo "SUBTREE_AFTER $(cat $CG/tenants.slice/cgroup.subtree_control)"
 "#,
         300,
     );
@@ -1000,6 +1002,15 @@ echo "AFTER [$(cat $CG/tenants.slice/pay/cpuset.mems)]"
             .lines()
             .any(|l| l == "AFTER []" || l == "AFTER [0-1]"),
         "cpuset.mems not restored:\n{}",
+        g.output
+    );
+    // The cpuset controller tierd enabled in the parent for the pinning
+    // is disabled again.
+    let line = |p: &str| line_of(&g.output, p);
+    assert_eq!(
+        line("SUBTREE_BEFORE").trim_start_matches("SUBTREE_BEFORE"),
+        line("SUBTREE_AFTER").trim_start_matches("SUBTREE_AFTER"),
+        "{}",
         g.output
     );
 }
