@@ -1041,7 +1041,10 @@ fn system_ram(iomem: &Path) -> Result<Vec<Range>, Error> {
         if b <= a {
             continue;
         }
-        out.push(Range { min: a, max: b + 1 });
+        out.push(Range {
+            min: a,
+            max: b.saturating_add(1),
+        });
     }
     out.sort_by_key(|r| r.min);
     let mut merged: Vec<Range> = Vec::new();
@@ -1145,4 +1148,51 @@ fn write_count(p: &Path, n: usize, backoff: Duration) -> Result<(), Error> {
 /// EBUSY on Linux (all architectures).
 const fn libc_ebusy() -> i32 {
     16
+}
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// iomem-shaped lines with arbitrary hex spans and names, and the
+        /// numeric files of tried regions and scheme stats with arbitrary
+        /// bytes, never panic the readers; errors name the file.
+        #[test]
+        fn readers_never_panic_and_errors_name_the_file(
+            spans in proptest::collection::vec(
+                ("[0-9a-fA-F]{0,17}", "[0-9a-fA-F-]{0,17}", "(System RAM|Reserved|PCI Bus|System RAM x|)"),
+                0..12,
+            ),
+            junk in proptest::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let d = tempfile::tempdir().unwrap();
+            let iomem = d.path().join("iomem");
+            let text: String = spans
+                .iter()
+                .map(|(a, b, n)| format!("  {a}-{b} : {n}\n"))
+                .collect();
+            fs::write(&iomem, text).unwrap();
+            if let Err(e) = system_ram(&iomem) {
+                prop_assert!(e.to_string().contains("iomem"), "{}", e);
+            }
+            let r = d.path().join("tried/0");
+            fs::create_dir_all(&r).unwrap();
+            for f in ["start", "end", "nr_accesses", "age"] {
+                fs::write(r.join(f), &junk).unwrap();
+            }
+            if let Err(e) = read_tried_regions(&d.path().join("tried")) {
+                prop_assert!(e.to_string().contains("tried/0/start"), "{}", e);
+            }
+            let st = d.path().join("stats");
+            fs::create_dir_all(&st).unwrap();
+            for f in ["nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds"] {
+                fs::write(st.join(f), &junk).unwrap();
+            }
+            if let Err(e) = read_scheme_stats(&st) {
+                prop_assert!(e.to_string().contains("stats/nr_tried"), "{}", e);
+            }
+        }
+    }
 }
