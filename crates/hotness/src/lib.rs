@@ -1,9 +1,14 @@
 //! Access sampling for tierd: the DAMON sysfs driver ([`damon`]), the
 //! aggregation of DAMON regions into per-container heat per node ([`heat`]),
-//! and the eBPF NUMA hint-fault probe ([`probe`]). No decisions are taken here.
+//! the eBPF NUMA hint-fault probe ([`probe`]), and the two monitors the
+//! daemon runs each cycle on top of them: DAMON heat per container
+//! ([`monitor`]) and hint faults per container ([`hintfaults`]). No
+//! decisions are taken here.
 
 pub mod damon;
 pub mod heat;
+pub mod hintfaults;
+pub mod monitor;
 pub mod probe;
 
 pub use damon::{

@@ -359,20 +359,37 @@ impl ThpProbe for ProcThp {
         ) else {
             return false;
         };
-        let frames = self.thp / self.page;
-        let (p0, p1) = (e0 & PM_PFN_MASK, e1 & PM_PFN_MASK);
-        if e0 & PM_PRESENT == 0 || e1 & PM_PRESENT == 0 || p0 == 0 || p0 % frames != 0 {
-            return false;
-        }
-        if p1 != p0 + frames - 1 {
-            return false;
-        }
-        let (Some(f0), Some(f1)) = (Self::read_u64(kf, p0 * 8), Self::read_u64(kf, p1 * 8)) else {
+        let Some((p0, p1)) = thp_frames(e0, e1, self.thp / self.page) else {
             return false;
         };
-        f0 & (KPF_THP | KPF_COMPOUND_HEAD) == KPF_THP | KPF_COMPOUND_HEAD
-            && f1 & (KPF_THP | KPF_COMPOUND_TAIL) == KPF_THP | KPF_COMPOUND_TAIL
+        let (Some(f0), Some(f1)) = (
+            Self::read_u64(kf, p0.saturating_mul(8)),
+            Self::read_u64(kf, p1.saturating_mul(8)),
+        ) else {
+            return false;
+        };
+        thp_flags(f0, f1)
     }
+}
+
+/// The frames (head, last) of a THP of `frames` base pages, from the
+/// `/proc/PID/pagemap` entries of its first and last base page
+/// (Documentation/admin-guide/mm/pagemap.rst: bit 63 present, bits 0–54
+/// PFN): both present, the head frame non-zero and THP-aligned, the last
+/// exactly `frames − 1` after it. `None` otherwise (including `frames` 0).
+pub(crate) fn thp_frames(e0: u64, e1: u64, frames: u64) -> Option<(u64, u64)> {
+    let (p0, p1) = (e0 & PM_PFN_MASK, e1 & PM_PFN_MASK);
+    if frames == 0 || e0 & PM_PRESENT == 0 || e1 & PM_PRESENT == 0 || p0 == 0 || p0 % frames != 0 {
+        return None;
+    }
+    (p0.checked_add(frames - 1) == Some(p1)).then_some((p0, p1))
+}
+
+/// Whether `/proc/kpageflags` words of a head and a last frame show one THP:
+/// KPF_THP with KPF_COMPOUND_HEAD, then KPF_THP with KPF_COMPOUND_TAIL.
+pub(crate) fn thp_flags(f0: u64, f1: u64) -> bool {
+    f0 & (KPF_THP | KPF_COMPOUND_HEAD) == KPF_THP | KPF_COMPOUND_HEAD
+        && f1 & (KPF_THP | KPF_COMPOUND_TAIL) == KPF_THP | KPF_COMPOUND_TAIL
 }
 
 /// (start, end) of the VMAs in `/proc/PID/smaps` text whose `AnonHugePages`
@@ -1110,6 +1127,66 @@ mod tests {
         assert_eq!(rep.moved_pages, 0);
         assert_eq!(rep.not_attempted, 1024);
         assert_eq!(k.calls.iter().filter(|c| c.0).count(), 1);
+    }
+
+    proptest::proptest! {
+        /// `/proc/PID/smaps` text of any shape: no panic, VMAs sorted, and
+        /// each one the address range of a header line of the input.
+        #[test]
+        fn smaps_reader_takes_any_text(lines in proptest::collection::vec(
+            proptest::prop_oneof![
+                "[0-9a-f]{1,16}-[0-9a-f]{1,16} rw-p 00000000 00:00 0",
+                "AnonHugePages: {0,8}[0-9]{0,24} kB",
+                "[A-Za-z]{1,12}: +[0-9]{1,8} kB",
+                proptest::arbitrary::any::<String>(),
+            ],
+            0..40,
+        )) {
+            let text = lines.join("\n");
+            let vmas = thp_vmas(&text);
+            proptest::prop_assert!(vmas.is_sorted());
+            let header = |l: &str| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+            };
+            for v in vmas {
+                proptest::prop_assert!(
+                    text.lines().any(|l| header(l) == Some(v)),
+                    "{v:x?} is no header of the input"
+                );
+            }
+        }
+
+        /// Any pagemap and kpageflags words: no panic (no overflow at PFN
+        /// 2^55 − 1), and a THP is found only where the layout says so.
+        #[test]
+        fn pagemap_words_of_any_value(e0: u64, e1: u64, f0: u64, f1: u64, shift in 0u32..12) {
+            let frames = 1u64 << shift;
+            if let Some((p0, p1)) = thp_frames(e0, e1, frames) {
+                proptest::prop_assert!(p0 != 0 && p0 % frames == 0 && p1 == p0 + frames - 1);
+                proptest::prop_assert!(e0 & PM_PRESENT != 0 && e1 & PM_PRESENT != 0);
+            }
+            proptest::prop_assert_eq!(thp_frames(e0, e1, 0), None);
+            let _ = thp_flags(f0, f1);
+        }
+    }
+
+    #[test]
+    fn pagemap_words_of_a_thp() {
+        // A 2 MiB THP at PFN 0x200 (512 frames), entries as the kernel
+        // writes them (present, exclusive bits set beside the PFN).
+        let e = |pfn: u64| PM_PRESENT | (1 << 56) | pfn;
+        assert_eq!(thp_frames(e(0x200), e(0x3ff), 512), Some((0x200, 0x3ff)));
+        assert_eq!(thp_frames(e(0x200), e(0x3fe), 512), None);
+        assert_eq!(thp_frames(e(0x201), e(0x400), 512), None);
+        assert_eq!(thp_frames(e(0x200) & !PM_PRESENT, e(0x3ff), 512), None);
+        assert_eq!(thp_frames(e(0), e(511), 512), None);
+        assert!(thp_flags(
+            KPF_THP | KPF_COMPOUND_HEAD,
+            KPF_THP | KPF_COMPOUND_TAIL
+        ));
+        assert!(!thp_flags(KPF_COMPOUND_HEAD, KPF_THP | KPF_COMPOUND_TAIL));
+        assert!(!thp_flags(KPF_THP | KPF_COMPOUND_HEAD, KPF_THP));
     }
 
     #[test]

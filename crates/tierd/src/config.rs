@@ -357,13 +357,23 @@ pub struct HotnessConfig {
     pub nodes_shift: u32,
 }
 
-/// `[hotness] hint_faults`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HintFaultSource {
-    Auto,
-    Ebpf,
-    MemoryStat,
+/// `[hotness] hint_faults`: defined beside the monitor that reads it.
+pub use hotness::hintfaults::HintFaultSource;
+
+impl HotnessConfig {
+    /// The monitor's parameters from this section.
+    pub fn monitor_params(&self) -> hotness::monitor::MonitorParams {
+        hotness::monitor::MonitorParams {
+            sample_interval: self.sample_interval,
+            aggr_interval: self.aggr_interval,
+            update_interval: self.update_interval,
+            min_regions: self.min_regions,
+            max_regions: self.max_regions,
+            hot_min_accesses: self.hot_min_accesses,
+            max_processes: self.max_processes,
+            node_samples: self.node_samples,
+        }
+    }
 }
 
 impl Default for HotnessConfig {

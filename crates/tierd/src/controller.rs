@@ -15,20 +15,25 @@ use policy::{
     ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
 };
 
+mod actuate;
+mod moves;
+mod publish;
+
 use crate::actuators::{
     protection_limit, CpusetMems, Enabled, Knob, Protection, SubtreeCpuset, Writes,
 };
 use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
-use crate::heatmon::{ContainerReading, HeatMonitor, Member};
-use crate::hintfaults::HintFaults;
 use crate::journal::SharedJournal;
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerFaultLabels, ContainerLabels,
     ContainerNodeLabels, ContainerReasonLabels, ContainerStateLabels, ContainerTierLabels, Metrics,
-    MoveFailureLabels, MoveLabels, NodeLabels, PhaseLabels, PromotionLabels,
+    MoveFailureLabels, MoveLabels, NodeLabels, PhaseLabels, PromotionLabels, CYCLE_PHASES,
 };
 use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
 use crate::topology::{zone_reserve_pages, Topology};
+use hotness::hintfaults::{HintFaultSource, HintFaults};
+use hotness::monitor::{ContainerReading, HeatMonitor, Member};
+use moves::ColdStall;
 
 /// Smallest demotion worth a memory.reclaim write: below this the syscall and
 /// the LRU scan cost more than the placement gains.
@@ -121,37 +126,6 @@ struct Hotness {
     /// Cycle at which to try claiming DAMON again after a failure.
     retry_cycle: u64,
     readings: HashMap<u64, ContainerReading>,
-}
-
-/// When memory.reclaim may take over a container's demotion from the
-/// cold-first mover. memory.reclaim picks by LRU and takes hot pages too, so
-/// it waits while the mover is warming up or making progress, and takes the
-/// remainder only after the mover found nothing for a grace period: DAMON
-/// regions restart their age when they split, merge or are tried by DAMOS,
-/// so one empty cycle is not a stall (docs/NOTES.md, "The DAMOS mover on
-/// Linux 6.12").
-#[derive(Default)]
-struct ColdStall {
-    since: HashMap<u64, Instant>,
-}
-
-impl ColdStall {
-    /// Returns true once the mover of container `c` has been stalled (not
-    /// `busy`: neither warming up, nor progressing, nor at its quota) for at
-    /// least `grace`; any busy cycle restarts the clock.
-    fn stalled(&mut self, c: u64, busy: bool, now: Instant, grace: Duration) -> bool {
-        if busy {
-            self.since.remove(&c);
-            return false;
-        }
-        let since = *self.since.entry(c).or_insert(now);
-        now.duration_since(since) >= grace
-    }
-
-    /// Forgets containers that no longer demote.
-    fn retain(&mut self, demoting: impl Fn(u64) -> bool) {
-        self.since.retain(|&c, _| demoting(c));
-    }
 }
 
 /// Warns when `daemon.headroom` is below the kernel's own free-memory reserve
@@ -254,7 +228,18 @@ impl Controller {
             warn_headroom_below_reserve(&cfg, &topo);
         }
         metrics.tiered.set(i64::from(!observe_only));
-        let faults = HintFaults::start(&cfg.hotness, &cfg.daemon.sysfs_root, &cfg.source)?;
+        let faults = HintFaults::start(
+            cfg.hotness.hint_faults,
+            cfg.hotness.nodes_shift,
+            &cfg.daemon.sysfs_root,
+        )
+        .map_err(|e| match cfg.hotness.hint_faults {
+            HintFaultSource::Ebpf => anyhow::anyhow!(
+                "{e} (key hotness.hint_faults = \"ebpf\" in {}; set it to \"auto\" to fall back to memory.stat counters)",
+                cfg.source.display()
+            ),
+            _ => e.into(),
+        })?;
         metrics.hint_fault_source(faults.source());
         let mut c = Controller {
             cfg,
@@ -329,13 +314,13 @@ impl Controller {
         }
         let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
         let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
-        self.hot.monitor = Some(HeatMonitor::new(h, claim.indices[0]));
+        self.hot.monitor = Some(HeatMonitor::new(&h.monitor_params(), claim.indices[0]));
         self.hot.pages = (d.mover == MoverKind::MovePages)
             .then(|| PagesMover::new(d.mover_batch, self.cfg.limits.thrash_window));
         if want_damos {
             match DamosMover::new(
                 claim.indices[1],
-                HeatMonitor::attrs(h),
+                HeatMonitor::attrs(&h.monitor_params()),
                 &d.sysfs_root,
                 &fast,
                 &lower,
@@ -694,6 +679,7 @@ impl Controller {
     /// (`tierd_cycle_phase_seconds`, the per-phase profile of the cycle) and
     /// restarts the clock.
     fn lap(&self, since: &mut Instant, phase: &'static str) {
+        debug_assert!(CYCLE_PHASES.contains(&phase), "{phase} not in CYCLE_PHASES");
         let now = Instant::now();
         self.metrics
             .cycle_phase_seconds
@@ -717,362 +703,6 @@ impl Controller {
                 error: format!("{what}:{errno}"),
             })
             .inc();
-    }
-
-    /// Writes memory.low and cpuset.mems where they changed, then demotes.
-    /// Protection goes first so that kswapd skips at-target containers while
-    /// the reclaim below frees fast-tier memory.
-    fn actuate(&mut self, managed: &[Managed], plan: &Plan, fast: &NodeSet, phase: &mut Instant) {
-        // Which (knob, ancestor) pairs have a protected managed child.
-        let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
-        for m in managed {
-            let Some(p) = plan.get(m.id) else { continue };
-            if p.state == PlacementState::Pinned && !self.pinning.contains(CpusetMems, &m.path) {
-                self.pin(m, fast);
-            }
-            for (knob, bytes) in [
-                (Protection::Low, p.memory_low_bytes),
-                (Protection::Min, p.memory_min_bytes),
-            ] {
-                // memory.min is written only once it is wanted: a host
-                // without guarantees never sees tierd touch it.
-                if knob == Protection::Min && bytes == 0 && !self.protection.contains(knob, &m.path)
-                {
-                    continue;
-                }
-                self.write_protection(knob, &m.path, m.id, protection_limit(bytes));
-                for a in ancestors(&m.path) {
-                    *ancestor_sum.entry((knob, a)).or_default() |= bytes > 0;
-                }
-            }
-        }
-        // Protection is hierarchical: a child's is capped by its parent's
-        // (cgroup-v2.rst, "Memory Protection"), so every ancestor below the
-        // root of a protected container is protected as fully (`max`); with
-        // none protected below it, what it had before tierd (0 if tierd wrote
-        // nothing there).
-        for ((knob, path), protected) in ancestor_sum {
-            let written = self.protection.original(knob, &path);
-            let want = match (protected, written) {
-                (true, _) => Limit::Max,
-                (false, Some(original)) => original,
-                (false, None) => continue,
-            };
-            let id = self.cg.cgroup_id(&path).unwrap_or(0);
-            if written.is_none() && knob.read(&self.cg, &path).is_ok_and(|v| v == want) {
-                continue;
-            }
-            self.write_protection(knob, &path, id, want);
-        }
-        self.lap(phase, "protect");
-        // tierd's own moves (hot promotion, cold-first demotion), then
-        // memory.reclaim (LRU order) for whatever demotion is left.
-        let moved_down = self.regulated_moves(managed, plan);
-        self.lap(phase, "move");
-        for m in managed {
-            let Some(p) = plan.get(m.id) else { continue };
-            let demote = p
-                .demote_bytes
-                .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
-            if demote < MIN_RECLAIM_BYTES {
-                continue;
-            }
-            let labels = ContainerLabels {
-                cgroup: m.path.clone(),
-            };
-            match self.cg.reclaim(&m.path, demote) {
-                Ok(outcome) => {
-                    self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
-                    self.metrics
-                        .container_demote_requested_bytes
-                        .get_or_create(&labels)
-                        .inc_by(demote);
-                    if outcome == ReclaimOutcome::Short {
-                        self.metrics
-                            .container_reclaim_short
-                            .get_or_create(&labels)
-                            .inc();
-                    }
-                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "memory.reclaim");
-                }
-                Err(cgroupctl::Error::Vanished(p)) => {
-                    tracing::debug!(path = %p.display(), "cgroup vanished before memory.reclaim; skipped");
-                }
-                Err(e) => {
-                    tracing::warn!(container = %m.path, error = %e, "memory.reclaim failed");
-                    self.count_error(&m.path, "reclaim", &e);
-                }
-            }
-        }
-        // The kernel's demotion work runs in the writer's context: this phase
-        // is where tierd's CPU goes when it demotes.
-        self.lap(phase, "reclaim");
-    }
-
-    /// Promotion by tierd (`promotion = "tierd"`) and cold-first demotion
-    /// (`cold_demotion`) through the configured mover. Returns, per
-    /// container, the demotion already done (memory.reclaim does the rest).
-    fn regulated_moves(&mut self, managed: &[Managed], plan: &Plan) -> HashMap<u64, u64> {
-        let mut done_down = HashMap::new();
-        let d = &self.cfg.daemon;
-        let promote = d.promotion == PromotionMode::Tierd;
-        let cold = d.cold_demotion;
-        let Some(damon) = &self.hot.damon else {
-            return done_down;
-        };
-        if !promote && !cold {
-            return done_down;
-        }
-        let most_free = |nodes: &NodeSet| {
-            nodes
-                .iter()
-                .filter_map(|&n| self.topo.node(n))
-                .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
-                .map(|n| n.id)
-        };
-        let (Some(fast_dest), Some(lower_dest)) = (
-            most_free(&self.topo.fast_nodes()),
-            most_free(&self.topo.lower_nodes()),
-        ) else {
-            return done_down;
-        };
-        let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
-        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
-        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
-        let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
-        let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
-        let now = Instant::now();
-        let stall_grace = d.cold_min_age.max(3 * d.interval);
-        let demoting: HashSet<u64> = managed
-            .iter()
-            .filter(|m| {
-                plan.get(m.id).is_some_and(|p| {
-                    cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0
-                })
-            })
-            .map(|m| m.id)
-            .collect();
-        self.hot.cold_stalled.retain(|c| demoting.contains(&c));
-
-        if let Some(pm) = &mut self.hot.pages {
-            for m in managed {
-                let (Some(p), Some(r)) = (plan.get(m.id), self.hot.readings.get(&m.id)) else {
-                    continue;
-                };
-                if promote && p.promote_bytes > 0 {
-                    // Recently idle regions count as worth promoting only once DAMON
-                    // has watched long enough to tell them from cold ones.
-                    let idle_ok = if r.monitored_for >= d.cold_min_age {
-                        base_age
-                    } else {
-                        0
-                    };
-                    let mv =
-                        pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
-                    results.push((m.id, Direction::Promote, "move_pages", mv));
-                }
-                if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
-                    let min_age = base_age.saturating_mul(1 << p.damping_level.min(16));
-                    // No region can have been idle for cold_min_age yet: wait
-                    // for DAMON rather than let memory.reclaim demote.
-                    let warming_up = r.monitored_for < d.cold_min_age;
-                    let mv = if warming_up {
-                        Moved::default()
-                    } else {
-                        pm.demote(m.id, &r.procs, min_age, &fast, lower_dest, p.demote_bytes)
-                    };
-                    let progress = mv.bytes >= MIN_RECLAIM_BYTES;
-                    let stalled = self.hot.cold_stalled.stalled(
-                        m.id,
-                        warming_up || progress,
-                        now,
-                        stall_grace,
-                    );
-                    done_down.insert(m.id, if stalled { mv.bytes } else { p.demote_bytes });
-                    if !warming_up {
-                        results.push((m.id, Direction::Demote, "move_pages", mv));
-                    }
-                }
-            }
-            pm.retain(|c| managed.iter().any(|m| m.id == c));
-        }
-        if let Some(dm) = &mut self.hot.damos {
-            let orders: Vec<DamosOrder> = managed
-                .iter()
-                .filter_map(|m| {
-                    let p = plan.get(m.id)?;
-                    Some(DamosOrder {
-                        container: m.id,
-                        memcg_path: format!("/{}", m.path),
-                        promote_bytes: if promote { p.promote_bytes } else { 0 },
-                        demote_bytes: if cold && p.state == PlacementState::OverTarget {
-                            p.demote_bytes
-                        } else {
-                            0
-                        },
-                        cold_min_age: base_age.saturating_mul(1 << p.damping_level.min(16)),
-                    })
-                })
-                .collect();
-            // Whose migrate_cold had a real quota in the interval that just
-            // ended, and how much (read before apply() re-arms them).
-            let tried: HashMap<u64, u64> = orders
-                .iter()
-                .map(|o| (o.container, dm.armed_quota(o.container, Direction::Demote)))
-                .filter(|&(_, q)| q > 0)
-                .collect();
-            let warming_up = dm.running_for() < d.cold_min_age;
-            match dm.apply(damon, &orders) {
-                // DAMOS moves during the coming interval; what it moved in the
-                // last one is reported now, and memory.reclaim only takes what
-                // DAMOS fell short by.
-                Ok(moved) => {
-                    for o in orders.iter().filter(|o| o.demote_bytes > 0) {
-                        // As for move_pages: while DAMOS has not had its try
-                        // (scheme still in its first charge window, or no
-                        // region old enough yet), makes progress, or used up
-                        // its quota (it was not short of cold regions),
-                        // memory.reclaim does not take the rest.
-                        let r = moved
-                            .get(&(o.container, Direction::Demote))
-                            .copied()
-                            .unwrap_or_default();
-                        let quota = tried.get(&o.container).copied();
-                        let wait = warming_up || quota.is_none();
-                        let progress = r.applied >= MIN_RECLAIM_BYTES;
-                        let exhausted = quota.is_some_and(|q| r.tried >= q);
-                        // A region DAMOS tried (even one whose pages were
-                        // all filtered out) restarts its age at 0, so
-                        // migrate_cold moves in bursts a cold_min_age apart:
-                        // one empty interval is not a stall.
-                        let stalled = self.hot.cold_stalled.stalled(
-                            o.container,
-                            wait || progress || exhausted,
-                            now,
-                            stall_grace,
-                        );
-                        let done = if stalled {
-                            r.applied
-                        } else {
-                            o.demote_bytes.max(r.applied)
-                        };
-                        done_down.insert(o.container, done);
-                    }
-                    for ((c, dir), r) in moved {
-                        let mv = Moved {
-                            bytes: r.applied,
-                            ..Moved::default()
-                        };
-                        results.push((c, dir, "damos", mv));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "DAMOS mover: cannot apply this cycle's quotas")
-                }
-            }
-        }
-        for (c, dir, mechanism, mv) in results {
-            self.record_move(managed, c, dir, mechanism, &mv);
-        }
-        done_down
-    }
-
-    /// Counts one mover result in metrics, /status and the thrash input.
-    fn record_move(
-        &mut self,
-        managed: &[Managed],
-        id: u64,
-        dir: Direction,
-        mechanism: &'static str,
-        mv: &Moved,
-    ) {
-        let Some(m) = managed.iter().find(|m| m.id == id) else {
-            return;
-        };
-        let own = self.own_moved.entry(id).or_default();
-        match dir {
-            Direction::Promote => own.promoted_bytes += mv.bytes,
-            Direction::Demote => own.demoted_bytes += mv.bytes,
-        }
-        own.pingpong_bytes += mv.pingpong_bytes;
-        *self
-            .moved_total
-            .entry(id)
-            .or_default()
-            .entry(format!("{}/{mechanism}", dir.as_str()))
-            .or_default() += mv.bytes;
-        self.metrics
-            .container_migrated_bytes
-            .get_or_create(&MoveLabels {
-                cgroup: m.path.clone(),
-                direction: dir.as_str(),
-                mechanism,
-            })
-            .inc_by(mv.bytes);
-        for (&status, &pages) in &mv.failures {
-            self.metrics
-                .move_pages_failures
-                .get_or_create(&MoveFailureLabels {
-                    cgroup: m.path.clone(),
-                    direction: dir.as_str(),
-                    status,
-                })
-                .inc_by(pages);
-        }
-        if mv.bytes > 0 {
-            tracing::debug!(container = %m.path, direction = dir.as_str(), mechanism, bytes = mv.bytes, "moved");
-        }
-    }
-
-    fn write_protection(&mut self, knob: Protection, path: &str, id: u64, value: Limit) {
-        if let Err(e) = self.protection.write(&self.cg, knob, path, id, value) {
-            tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());
-            self.count_error(path, knob.metric(), &e);
-        }
-    }
-
-    /// opt_out: confine the container's memory to the fast tier. In cgroup v2
-    /// a cpuset.mems change migrates existing pages too (asynchronously).
-    fn pin(&mut self, m: &Managed, fast: &NodeSet) {
-        // cpuset.mems exists only where the parent enables the controller.
-        let parent = ancestors(&m.path).pop().unwrap_or_default();
-        let parent_id = self.cg.cgroup_id(&parent).unwrap_or(0);
-        if let Err(e) =
-            self.subtree
-                .write(&self.cg, SubtreeCpuset, &parent, parent_id, Enabled(true))
-        {
-            tracing::warn!(container = %m.path, error = %e,
-                "cannot enable the cpuset controller for opt_out; the container stays unpinned");
-            self.count_error(&m.path, "cpuset", &e);
-            return;
-        }
-        match self
-            .pinning
-            .write(&self.cg, CpusetMems, &m.path, m.id, fast.clone())
-        {
-            Ok(()) => {
-                if self.pinning.contains(CpusetMems, &m.path) {
-                    tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(container = %m.path, error = %e, "cannot write cpuset.mems");
-                self.count_error(&m.path, "cpuset", &e);
-            }
-        }
-    }
-
-    /// Forgets writes to cgroups that are gone (or recreated under a new id):
-    /// there is nothing to restore in them.
-    fn forget_vanished(&mut self, managed: &[Managed]) {
-        let cg = &self.cg;
-        let alive = |path: &str, id: u64| {
-            managed.iter().any(|m| m.path == path && m.id == id)
-                || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
-        };
-        self.protection.forget_vanished(cg, alive);
-        self.pinning.forget_vanished(cg, alive);
-        self.subtree.forget_vanished(cg, alive);
     }
 
     /// Applies a config reloaded from the same file (SIGHUP, `tierctl
@@ -1130,167 +760,6 @@ impl Controller {
         self.pinning.restore(&self.cg);
         self.subtree.restore(&self.cg);
         tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
-    }
-
-    fn publish(
-        &self,
-        snapshot: &Snapshot,
-        plan: &Plan,
-        managed: &[Managed],
-        per_node: &HashMap<u64, BTreeMap<u32, u64>>,
-        fast_free: u64,
-    ) {
-        let mt = &self.metrics;
-        let fast = self.topo.fast_nodes();
-        for n in &self.topo.nodes {
-            let tier = tier_label(fast.contains(&n.id));
-            let l = NodeLabels { node: n.id, tier };
-            mt.node_capacity_bytes
-                .get_or_create(&l)
-                .set(gauge_bytes(n.mem_total_bytes));
-            mt.node_free_bytes
-                .get_or_create(&l)
-                .set(gauge_bytes(n.mem_free_bytes));
-        }
-        mt.clear_container_gauges();
-        let paths: HashSet<&str> = managed.iter().map(|m| m.path.as_str()).collect();
-        mt.forget_cgroups(|p| paths.contains(p));
-        mt.fast_pool_bytes.set(gauge_bytes(plan.pool_bytes));
-        mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
-        mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
-        mt.managed_containers.set(managed.len() as i64);
-        let lower = self.topo.lower_nodes();
-        let mut status = Status {
-            tiered: !self.observe_only,
-            promotion: self.cfg.daemon.promotion.as_str().into(),
-            fast_nodes: fast.iter().copied().collect(),
-            lower_nodes: self.topo.lower_nodes().iter().copied().collect(),
-            fast_capacity_bytes: snapshot.fast_capacity_bytes,
-            fast_free_bytes: fast_free,
-            pool_bytes: plan.pool_bytes,
-            guarantees_scaled: plan.guarantees_scaled,
-            cycles: self.cycles + 1,
-            hotness: match (&self.hot.damon, &self.hot.off_reason) {
-                (Some(_), _) => "damon".into(),
-                (None, Some(why)) => format!("usage ({why})"),
-                (None, None) => "usage".into(),
-            },
-            hint_faults: match &self.faults.off_reason {
-                Some(why) if self.faults.source() != "ebpf" => format!("memory_stat ({why})"),
-                _ => self.faults.source().into(),
-            },
-            mover: self.cfg.daemon.mover.as_str().into(),
-            damon_targets: self.hot.monitor.as_ref().map_or(0, |m| m.targets()),
-            kdamond_restarts: self.hot.monitor.as_ref().map_or(0, |m| m.restarts),
-            containers: Vec::new(),
-        };
-        for (m, s) in managed.iter().zip(&snapshot.containers) {
-            let c = ContainerLabels {
-                cgroup: m.path.clone(),
-            };
-            if let Some(nodes) = per_node.get(&m.id) {
-                for (&node, &b) in nodes {
-                    let tier = tier_label(fast.contains(&node));
-                    mt.container_memory_bytes
-                        .get_or_create(&ContainerNodeLabels {
-                            cgroup: m.path.clone(),
-                            node,
-                            tier,
-                        })
-                        .set(gauge_bytes(b));
-                }
-            }
-            let usage = s.usage_bytes();
-            mt.container_local_ratio
-                .get_or_create(&c)
-                .set(if usage == 0 {
-                    0.0
-                } else {
-                    s.fast_bytes as f64 / usage as f64
-                });
-            let Some(p) = plan.get(m.id) else { continue };
-            let (written_low, written_min) = if self.observe_only {
-                (0, 0)
-            } else {
-                (p.memory_low_bytes, p.memory_min_bytes)
-            };
-            for (family, bytes) in [
-                (&mt.container_target_bytes, p.target_bytes),
-                (&mt.container_demand_bytes, p.demand_bytes),
-                (&mt.container_guarantee_bytes, p.guarantee_bytes),
-                (&mt.container_local_low_bytes, p.local_low_bytes),
-                (&mt.container_local_high_bytes, p.local_high_bytes),
-                (&mt.container_memory_low_bytes, written_low),
-                (&mt.container_memory_min_bytes, written_min),
-            ] {
-                family.get_or_create(&c).set(gauge_bytes(bytes));
-            }
-            mt.container_state
-                .get_or_create(&ContainerStateLabels {
-                    cgroup: m.path.clone(),
-                    state: state_name(p.state),
-                })
-                .set(1);
-            mt.container_damping_level
-                .get_or_create(&c)
-                .set(i64::from(p.damping_level));
-            mt.container_pingpong_bytes_per_second
-                .get_or_create(&c)
-                .set(gauge_bytes(p.pingpong_bytes_per_s));
-            let reading = self.hot.readings.get(&m.id).filter(|r| r.regions > 0);
-            let (mut hot_fast, mut hot_lower) = (None, None);
-            if let Some(r) = reading {
-                mt.container_damon_regions
-                    .get_or_create(&c)
-                    .set(r.regions as i64);
-                let (mut hf, mut hl) = (0u64, 0u64);
-                for (&node, nh) in &r.heat.per_node {
-                    let is_fast = fast.contains(&node);
-                    if is_fast {
-                        hf += nh.hot_bytes;
-                    } else if lower.contains(&node) {
-                        hl += nh.hot_bytes;
-                    }
-                    mt.set_heat(&m.path, node, tier_label(is_fast), &nh.hist);
-                }
-                for (tier, b) in [("fast", hf), ("lower", hl)] {
-                    mt.container_hot_bytes
-                        .get_or_create(&ContainerTierLabels {
-                            cgroup: m.path.clone(),
-                            tier,
-                        })
-                        .set(gauge_bytes(b));
-                }
-                (hot_fast, hot_lower) = (Some(hf), Some(hl));
-            }
-            let entry = &self.cfg.policies[m.policy_index];
-            status.containers.push(ContainerStatus {
-                container: m.path.clone(),
-                id: m.id,
-                policy: entry.name.clone().unwrap_or_else(|| entry.pattern.clone()),
-                fast_bytes: s.fast_bytes,
-                lower_bytes: s.slow_bytes,
-                demand_bytes: p.demand_bytes,
-                local_low_bytes: p.local_low_bytes,
-                local_high_bytes: p.local_high_bytes,
-                target_bytes: p.target_bytes,
-                memory_low_bytes: p.memory_low_bytes,
-                memory_min_bytes: p.memory_min_bytes,
-                demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
-                promote_bytes: if self.observe_only {
-                    0
-                } else {
-                    p.promote_bytes
-                },
-                state: state_name(p.state).into(),
-                hot_fast_bytes: hot_fast,
-                hot_lower_bytes: hot_lower,
-                moved_bytes: self.moved_total.get(&m.id).cloned().unwrap_or_default(),
-                damping_level: p.damping_level,
-                pingpong_bytes_per_s: p.pingpong_bytes_per_s,
-            });
-        }
-        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }
 }
 

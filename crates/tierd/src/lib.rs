@@ -8,8 +8,6 @@ pub mod actuators;
 pub mod config;
 pub mod controller;
 pub mod daemon;
-pub mod heatmon;
-pub mod hintfaults;
 pub mod journal;
 pub mod metrics;
 pub mod regulate;

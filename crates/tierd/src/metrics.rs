@@ -20,6 +20,20 @@ pub struct ContainerLabels {
     pub cgroup: String,
 }
 
+/// The phases of a control cycle, in the order the cycle runs them: the
+/// values of [`PhaseLabels::phase`] (the profile tables of `tierscen` and
+/// `cargo xtask` follow this order).
+pub const CYCLE_PHASES: &[&str] = &[
+    "read",
+    "damon",
+    "hint_faults",
+    "solve",
+    "protect",
+    "move",
+    "reclaim",
+    "publish",
+];
+
 /// Phase of a control cycle, for [`Metrics::cycle_phase_seconds`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {

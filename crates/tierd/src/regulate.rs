@@ -22,8 +22,8 @@ use hotness::damon::{
     Scheme, TriedRegion,
 };
 
-use crate::heatmon::{cold_ranges, hot_ranges, ProcRegions};
 use crate::mover::{MoveError, MoveReport, Mover};
+use hotness::monitor::{cold_ranges, hot_ranges, ProcRegions};
 
 /// Direction of a move, for counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

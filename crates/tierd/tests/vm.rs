@@ -790,6 +790,12 @@ grep -E 'panicked|ERROR' /tmp/tierd.log | head -5
         rss_growth <= 8 * 1024,
         "RSS grew by {rss_growth} KiB over the soak: {base} → {end}"
     );
+    // The unit's MemoryMin= must cover what tierd keeps resident.
+    let min_kib = unit_memory_min_kib();
+    assert!(
+        field(&end, "rss_kib") * 2 <= min_kib,
+        "tierd's RSS after the soak ({end}) is over half the unit's MemoryMin= ({min_kib} KiB)"
+    );
     assert!(
         (field(&end, "fds") - field(&base, "fds")).abs() <= 2,
         "open fds: {base} → {end}"
@@ -903,16 +909,32 @@ fn caps_result(out: &str, set: &str) -> String {
     l.to_owned()
 }
 
+/// The value of `key=` in config/tierd.service.
+fn unit_setting(key: &str) -> String {
+    let unit = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/tierd.service");
+    let text = std::fs::read_to_string(&unit).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("{}: no {key}=", unit.display()))
+        .to_owned()
+}
+
+/// `MemoryMin=` of config/tierd.service in KiB (a number with an `M`
+/// suffix, as the unit writes it).
+fn unit_memory_min_kib() -> i64 {
+    let v = unit_setting("MemoryMin");
+    let mib: i64 = v
+        .strip_suffix('M')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("MemoryMin={v}: expected <MiB>M"));
+    mib * 1024
+}
+
 /// The capabilities of `CapabilityBoundingSet=` in config/tierd.service,
 /// as `setpriv` names (`sys_admin`).
 fn unit_capabilities() -> Vec<String> {
-    let unit = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/tierd.service");
-    let text = std::fs::read_to_string(&unit).unwrap();
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .unwrap_or_else(|| panic!("{}: no CapabilityBoundingSet=", unit.display()));
-    line.split_whitespace()
+    unit_setting("CapabilityBoundingSet")
+        .split_whitespace()
         .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
         .collect()
 }

@@ -452,16 +452,7 @@ fn cycle_profile(metrics: &str) -> Option<(u64, Vec<(String, f64)>)> {
             }
         }
     }
-    const ORDER: [&str; 8] = [
-        "read",
-        "damon",
-        "hint_faults",
-        "solve",
-        "protect",
-        "move",
-        "reclaim",
-        "publish",
-    ];
+    const ORDER: &[&str] = tierd::metrics::CYCLE_PHASES;
     phases.sort_by_key(|(p, _)| ORDER.iter().position(|o| o == p).unwrap_or(ORDER.len()));
     let cycles = cycles.filter(|&c| c > 0)?;
     (!phases.is_empty()).then_some((cycles, phases))

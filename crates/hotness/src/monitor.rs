@@ -14,14 +14,37 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hotness::damon::{
+use std::time::Duration;
+
+use numa::mover::{MoveError, Mover};
+
+use crate::damon::{
     AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Scheme,
     TriedRegion,
 };
-use hotness::heat::{self, ContainerHeat, HeatParams};
+use crate::heat::{self, ContainerHeat, HeatParams};
 
-use crate::config::HotnessConfig;
-use crate::mover::{MoveError, Mover};
+/// How the monitor drives DAMON and samples page nodes (tierd's `[hotness]`
+/// section, as plain values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonitorParams {
+    /// DAMON sampling interval (one access check per region).
+    pub sample_interval: Duration,
+    /// DAMON aggregation interval (the `nr_accesses` window).
+    pub aggr_interval: Duration,
+    /// DAMON operations update interval: how soon new mappings are seen.
+    pub update_interval: Duration,
+    /// DAMON's bounds on the number of regions per target.
+    pub min_regions: u64,
+    pub max_regions: u64,
+    /// A region is hot when seen accessed in at least this many samples of
+    /// the last aggregation interval.
+    pub hot_min_accesses: u32,
+    /// Most processes monitored (largest resident set first).
+    pub max_processes: usize,
+    /// Pages whose node is queried (`move_pages(2)` status) per cycle.
+    pub node_samples: usize,
+}
 
 /// One monitored process and its DAMON regions this cycle, sorted by start.
 #[derive(Debug, Clone)]
@@ -55,7 +78,7 @@ pub struct Member {
 
 /// DAMON-based heat sampling for the control loop.
 pub struct HeatMonitor {
-    cfg: HotnessConfig,
+    cfg: MonitorParams,
     idx: usize,
     /// Targets of the kdamond as last written: scheme i ↔ pids[i].
     targets: Vec<Member>,
@@ -70,7 +93,7 @@ pub struct HeatMonitor {
 impl HeatMonitor {
     /// A monitor driving kdamond `idx` (claimed by the caller, which passes
     /// the same [`Damon`] to every call).
-    pub fn new(cfg: &HotnessConfig, idx: usize) -> Self {
+    pub fn new(cfg: &MonitorParams, idx: usize) -> Self {
         HeatMonitor {
             cfg: cfg.clone(),
             idx,
@@ -82,8 +105,8 @@ impl HeatMonitor {
         }
     }
 
-    /// DAMON interval settings from the config.
-    pub fn attrs(cfg: &HotnessConfig) -> Attrs {
+    /// DAMON interval settings from the parameters.
+    pub fn attrs(cfg: &MonitorParams) -> Attrs {
         Attrs {
             sample_us: cfg.sample_interval.as_micros() as u64,
             aggr_us: cfg.aggr_interval.as_micros() as u64,
@@ -94,7 +117,7 @@ impl HeatMonitor {
     }
 
     /// Samples per aggregation interval: the largest `nr_accesses`.
-    pub fn max_nr_accesses(cfg: &HotnessConfig) -> u32 {
+    pub fn max_nr_accesses(cfg: &MonitorParams) -> u32 {
         (cfg.aggr_interval.as_micros() / cfg.sample_interval.as_micros().max(1)) as u32
     }
 
@@ -156,11 +179,7 @@ impl HeatMonitor {
     /// Points the kdamond at `targets`: an online `commit` when it runs, else
     /// (re)start. A kdamond found stopped while it should run (every target
     /// exited, or someone stopped it) counts as a restart.
-    fn retarget(
-        &mut self,
-        damon: &Damon,
-        targets: Vec<Member>,
-    ) -> Result<(), hotness::damon::Error> {
+    fn retarget(&mut self, damon: &Damon, targets: Vec<Member>) -> Result<(), crate::damon::Error> {
         let alive = self.running && damon.is_running(self.idx)?;
         if self.running && !alive {
             self.restarts += 1;
@@ -219,7 +238,7 @@ impl HeatMonitor {
         &mut self,
         damon: &Damon,
         members: &[Member],
-    ) -> Result<HashMap<u64, ContainerReading>, hotness::damon::Error> {
+    ) -> Result<HashMap<u64, ContainerReading>, crate::damon::Error> {
         let chosen = self.choose(members);
         self.retarget(damon, chosen)?;
         let mut out: HashMap<u64, ContainerReading> = HashMap::new();

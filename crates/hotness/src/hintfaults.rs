@@ -1,5 +1,5 @@
 //! Per-container NUMA hint faults and kernel promotions, from the eBPF probe
-//! (`hotness::probe`) when it loads, else from the memcg counters of
+//! ([`crate::probe`]) when it loads, else from the memcg counters of
 //! `memory.stat` (`numa_hint_faults`, `pgpromote_success`).
 //!
 //! The probe adds what the memcg counters lack: the node a fault came from,
@@ -11,10 +11,22 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use anyhow::{bail, Result};
-use hotness::probe::{HintCounts, HintFaultProbe, ProbeOptions, ProbeReading};
+use serde::Deserialize;
 
-use crate::config::{HintFaultSource, HotnessConfig};
+use crate::probe::{HintCounts, HintFaultProbe, ProbeError, ProbeOptions, ProbeReading};
+
+/// Where per-container hint faults come from (tierd's `[hotness]
+/// hint_faults`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintFaultSource {
+    /// The eBPF probe when the kernel allows it, else memory.stat.
+    Auto,
+    /// The eBPF probe, or an error.
+    Ebpf,
+    /// memory.stat counters only; the probe is never loaded.
+    MemoryStat,
+}
 
 /// One container's hint-fault activity over the last cycle.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,28 +57,29 @@ pub struct HintFaults {
 }
 
 impl HintFaults {
-    /// Starts the configured source. `auto` tries the probe and falls back to
-    /// memory.stat with one warning saying why; `ebpf` makes a probe failure
-    /// an error (naming the key); `memory_stat` never loads the probe.
+    /// Starts `source`. `Auto` tries the probe and falls back to
+    /// memory.stat with one warning saying why; `Ebpf` returns the probe's
+    /// load error (the caller names its config key); `MemoryStat` never loads
+    /// the probe. `nodes_shift` is the running kernel's `CONFIG_NODES_SHIFT`.
     ///
     /// The kernel BTF is read from `<sysfs_root>/kernel/btf/vmlinux`, so a
     /// fixture tree without one runs on memory.stat.
     pub fn start(
-        cfg: &HotnessConfig,
+        source: HintFaultSource,
+        nodes_shift: u32,
         sysfs_root: &std::path::Path,
-        source_path: &std::path::Path,
-    ) -> Result<HintFaults> {
+    ) -> Result<HintFaults, ProbeError> {
         let mut h = HintFaults {
             probe: None,
             prev: ProbeReading::default(),
             off_reason: None,
         };
-        if cfg.hint_faults == HintFaultSource::MemoryStat {
+        if source == HintFaultSource::MemoryStat {
             h.off_reason = Some("hotness.hint_faults = \"memory_stat\"".into());
             return Ok(h);
         }
         let opts = ProbeOptions {
-            nodes_shift: cfg.nodes_shift,
+            nodes_shift,
             btf: sysfs_root.join("kernel/btf/vmlinux"),
         };
         match HintFaultProbe::load(&opts) {
@@ -75,10 +88,7 @@ impl HintFaults {
                 h.prev = p.read().unwrap_or_default();
                 h.probe = Some(p);
             }
-            Err(e) if cfg.hint_faults == HintFaultSource::Ebpf => bail!(
-                "{e} (key hotness.hint_faults = \"ebpf\" in {}; set it to \"auto\" to fall back to memory.stat counters)",
-                source_path.display()
-            ),
+            Err(e) if source == HintFaultSource::Ebpf => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "eBPF hint-fault probe unavailable; per-container hint faults come from memory.stat (no per-node or failed-promotion detail)");
                 h.off_reason = Some(e.to_string());

@@ -1,0 +1,161 @@
+//! Writing the plan: protection (`memory.low`, `memory.min` and their
+//! ancestors), opt-out pinning (`cpuset.mems`), then demotion through
+//! `memory.reclaim` for what tierd's own movers did not move. Each knob's
+//! record of originals and its undo live in [`crate::actuators`].
+
+use super::*;
+
+impl Controller {
+    /// Writes memory.low and cpuset.mems where they changed, then demotes.
+    /// Protection goes first so that kswapd skips at-target containers while
+    /// the reclaim below frees fast-tier memory.
+    pub(super) fn actuate(
+        &mut self,
+        managed: &[Managed],
+        plan: &Plan,
+        fast: &NodeSet,
+        phase: &mut Instant,
+    ) {
+        // Which (knob, ancestor) pairs have a protected managed child.
+        let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
+        for m in managed {
+            let Some(p) = plan.get(m.id) else { continue };
+            if p.state == PlacementState::Pinned && !self.pinning.contains(CpusetMems, &m.path) {
+                self.pin(m, fast);
+            }
+            for (knob, bytes) in [
+                (Protection::Low, p.memory_low_bytes),
+                (Protection::Min, p.memory_min_bytes),
+            ] {
+                // memory.min is written only once it is wanted: a host
+                // without guarantees never sees tierd touch it.
+                if knob == Protection::Min && bytes == 0 && !self.protection.contains(knob, &m.path)
+                {
+                    continue;
+                }
+                self.write_protection(knob, &m.path, m.id, protection_limit(bytes));
+                for a in ancestors(&m.path) {
+                    *ancestor_sum.entry((knob, a)).or_default() |= bytes > 0;
+                }
+            }
+        }
+        // Protection is hierarchical: a child's is capped by its parent's
+        // (cgroup-v2.rst, "Memory Protection"), so every ancestor below the
+        // root of a protected container is protected as fully (`max`); with
+        // none protected below it, what it had before tierd (0 if tierd wrote
+        // nothing there).
+        for ((knob, path), protected) in ancestor_sum {
+            let written = self.protection.original(knob, &path);
+            let want = match (protected, written) {
+                (true, _) => Limit::Max,
+                (false, Some(original)) => original,
+                (false, None) => continue,
+            };
+            let id = self.cg.cgroup_id(&path).unwrap_or(0);
+            if written.is_none() && knob.read(&self.cg, &path).is_ok_and(|v| v == want) {
+                continue;
+            }
+            self.write_protection(knob, &path, id, want);
+        }
+        self.lap(phase, "protect");
+        // tierd's own moves (hot promotion, cold-first demotion), then
+        // memory.reclaim (LRU order) for whatever demotion is left.
+        let moved_down = self.regulated_moves(managed, plan);
+        self.lap(phase, "move");
+        for m in managed {
+            let Some(p) = plan.get(m.id) else { continue };
+            let demote = p
+                .demote_bytes
+                .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
+            if demote < MIN_RECLAIM_BYTES {
+                continue;
+            }
+            let labels = ContainerLabels {
+                cgroup: m.path.clone(),
+            };
+            match self.cg.reclaim(&m.path, demote) {
+                Ok(outcome) => {
+                    self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
+                    self.metrics
+                        .container_demote_requested_bytes
+                        .get_or_create(&labels)
+                        .inc_by(demote);
+                    if outcome == ReclaimOutcome::Short {
+                        self.metrics
+                            .container_reclaim_short
+                            .get_or_create(&labels)
+                            .inc();
+                    }
+                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "memory.reclaim");
+                }
+                Err(cgroupctl::Error::Vanished(p)) => {
+                    tracing::debug!(path = %p.display(), "cgroup vanished before memory.reclaim; skipped");
+                }
+                Err(e) => {
+                    tracing::warn!(container = %m.path, error = %e, "memory.reclaim failed");
+                    self.count_error(&m.path, "reclaim", &e);
+                }
+            }
+        }
+        // The kernel's demotion work runs in the writer's context: this phase
+        // is where tierd's CPU goes when it demotes.
+        self.lap(phase, "reclaim");
+    }
+}
+
+impl Controller {
+    pub(super) fn write_protection(&mut self, knob: Protection, path: &str, id: u64, value: Limit) {
+        if let Err(e) = self.protection.write(&self.cg, knob, path, id, value) {
+            tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());
+            self.count_error(path, knob.metric(), &e);
+        }
+    }
+}
+
+impl Controller {
+    /// opt_out: confine the container's memory to the fast tier. In cgroup v2
+    /// a cpuset.mems change migrates existing pages too (asynchronously).
+    pub(super) fn pin(&mut self, m: &Managed, fast: &NodeSet) {
+        // cpuset.mems exists only where the parent enables the controller.
+        let parent = ancestors(&m.path).pop().unwrap_or_default();
+        let parent_id = self.cg.cgroup_id(&parent).unwrap_or(0);
+        if let Err(e) =
+            self.subtree
+                .write(&self.cg, SubtreeCpuset, &parent, parent_id, Enabled(true))
+        {
+            tracing::warn!(container = %m.path, error = %e,
+                "cannot enable the cpuset controller for opt_out; the container stays unpinned");
+            self.count_error(&m.path, "cpuset", &e);
+            return;
+        }
+        match self
+            .pinning
+            .write(&self.cg, CpusetMems, &m.path, m.id, fast.clone())
+        {
+            Ok(()) => {
+                if self.pinning.contains(CpusetMems, &m.path) {
+                    tracing::info!(container = %m.path, nodes = ?fast, "opt_out: pinned to the fast tier");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(container = %m.path, error = %e, "cannot write cpuset.mems");
+                self.count_error(&m.path, "cpuset", &e);
+            }
+        }
+    }
+}
+
+impl Controller {
+    /// Forgets writes to cgroups that are gone (or recreated under a new id):
+    /// there is nothing to restore in them.
+    pub(super) fn forget_vanished(&mut self, managed: &[Managed]) {
+        let cg = &self.cg;
+        let alive = |path: &str, id: u64| {
+            managed.iter().any(|m| m.path == path && m.id == id)
+                || cg.cgroup_id(path).map(|i| i == id).unwrap_or(false)
+        };
+        self.protection.forget_vanished(cg, alive);
+        self.pinning.forget_vanished(cg, alive);
+        self.subtree.forget_vanished(cg, alive);
+    }
+}
