@@ -1351,7 +1351,10 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         // Columns: the phases the profile names, in its order.
         assert!(t.contains("| read | solve | reclaim | total |"), "{t}");
         // Totals over 10 cycles: 10 ms read, 2 ms solve, 50 ms reclaim.
-        assert!(t.contains("| s | tierd | 10 | 1.00 | 0.20 | 5.00 | 6.20 |"), "{t}");
+        assert!(
+            t.contains("| s | tierd | 10 | 1.00 | 0.20 | 5.00 | 6.20 |"),
+            "{t}"
+        );
         assert!(profile_table([("s", &Series::default())]).is_empty());
     }
 

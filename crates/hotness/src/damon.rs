@@ -58,6 +58,37 @@ pub const DEFAULT_IOMEM: &str = "/proc/iomem";
 /// with `mutex_trylock`, so concurrent users of the interface see EBUSY).
 const BUSY_ATTEMPTS: u32 = 10;
 
+/// Writes of this process that met EBUSY and were tried again (see
+/// [`busy_retries`]).
+static BUSY_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Writes still to fail with an injected EBUSY (see [`inject_busy`]).
+static INJECTED_BUSY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Test-only fault point: the next `writes` DAMON sysfs write attempts of
+/// this process fail with EBUSY before reaching the kernel, as they do when
+/// another user of the interface holds its lock. Lets the VM tests show
+/// what tierd does with a busy interface without racing a second writer.
+pub fn inject_busy(writes: u64) {
+    INJECTED_BUSY.store(writes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Takes one injected EBUSY, if any is left.
+fn injected_busy() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    INJECTED_BUSY
+        .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// How many DAMON sysfs writes of this process met EBUSY (another user of
+/// the interface held its lock, mm/damon/sysfs.c `mutex_trylock`) and were
+/// tried again, since the process started. A count, not an error: a write
+/// that stays busy for all its attempts fails with [`Error::Busy`].
+pub fn busy_retries() -> u64 {
+    BUSY_RETRIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Errors of the DAMON driver. Every message names the file and what the
 /// operator can do about it.
 #[derive(Debug, thiserror::Error)]
@@ -1109,17 +1140,22 @@ fn read_num<T: std::str::FromStr>(p: &Path) -> Result<T, Error> {
 fn write_busy(p: &Path, value: &str, backoff: Duration) -> Result<(), Error> {
     let mut delay = backoff;
     for attempt in 1..=BUSY_ATTEMPTS {
-        let r = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(p)
-            .and_then(|mut f| f.write_all(value.as_bytes()));
+        let r = if injected_busy() {
+            Err(std::io::Error::from_raw_os_error(libc_ebusy()))
+        } else {
+            fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(p)
+                .and_then(|mut f| f.write_all(value.as_bytes()))
+        };
         match r {
             Ok(()) => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc_ebusy()) => {
                 if attempt == BUSY_ATTEMPTS {
                     break;
                 }
+                BUSY_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 std::thread::sleep(delay);
                 delay = (delay * 2).min(Duration::from_millis(200));
             }

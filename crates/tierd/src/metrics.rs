@@ -298,6 +298,7 @@ pub struct Metrics {
     pub container_pingpong_bytes_per_second: Family<ContainerLabels, Gauge>,
     pub damon_targets: Gauge,
     pub kdamond_restarts: Counter,
+    pub damon_busy_retries: Counter,
     hotness: Family<SourceLabels, Gauge>,
     hint_fault_source: Family<SourceLabels, Gauge>,
     pub container_numa_hint_faults: PerCgroup<ContainerFaultLabels>,
@@ -362,6 +363,7 @@ impl Metrics {
             container_pingpong_bytes_per_second: reg!("tierd_container_pingpong_bytes_per_second", "Bytes per second demoted and promoted again within the thrash window", Family::default()),
             damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
             kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),
+            damon_busy_retries: reg!("tierd_damon_busy_retries", "DAMON sysfs writes that met EBUSY (another user of the interface held its lock) and were tried again", Counter::default()),
             hotness: reg!("tierd_hotness_source", "1 for the active demand source: damon, or usage (DAMON unavailable or off)", Family::default()),
             hint_fault_source: reg!("tierd_hint_fault_source", "1 for the active source of per-container hint faults: ebpf (the probe) or memory_stat", Family::default()),
             container_numa_hint_faults: reg!(@cgroup "tierd_container_numa_hint_faults", "NUMA hint faults on the container's pages, by the node the page was on (all: memory.stat, no node)"),
@@ -449,10 +451,13 @@ impl Metrics {
 
     /// Brings the restart counter up to the monitor's running total.
     pub fn kdamond_restarts_seen(&self, total: u64) {
-        let now = self.kdamond_restarts.get();
-        if total > now {
-            self.kdamond_restarts.inc_by(total - now);
-        }
+        catch_up(&self.kdamond_restarts, total);
+    }
+
+    /// Brings the EBUSY retry counter up to the DAMON driver's running total
+    /// ([`hotness::damon::busy_retries`]).
+    pub fn damon_busy_retries_seen(&self, total: u64) {
+        catch_up(&self.damon_busy_retries, total);
     }
 
     /// Sets one container-node heat histogram.
@@ -503,6 +508,14 @@ impl Metrics {
 /// Saturating u64 → i64 for gauges.
 pub fn gauge_bytes(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Raises `counter` to a running `total` kept elsewhere (never lowers it).
+fn catch_up(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
 }
 
 #[cfg(test)]

@@ -1415,14 +1415,10 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
 }
 
-/// tierd's kdamonds are gone after it stops; after `kill -9` they keep
-/// running, and a restarted tierd adopts them (no second set). A kdamond
-/// tierd did not create is never touched: tierd runs without DAMON and says
-/// why.
-#[test]
-fn kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched() {
-    let g = boot(
-        r#"
+/// Guest script start shared by the DAMON tests: one 64 MiB tenant (16 MiB
+/// hot) and a config in /tmp/t.toml that manages it with DAMON heat at a 1 s
+/// interval. `D` is the DAMON sysfs kdamonds directory.
+const DAMON_TENANT: &str = r#"
 . /tests/lib.sh
 D=/sys/kernel/mm/damon/admin/kdamonds
 mkcg tenants.slice/a
@@ -1436,7 +1432,97 @@ source = "damon"
 [[policy]]
 match = "tenants.slice/*"
 EOF
-tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
+"#;
+
+/// Issue 12, DAMON EBUSY injected: tierd's first 10 DAMON sysfs writes fail
+/// with EBUSY (the test-only fault point `TIERD_TEST_DAMON_EBUSY`; the
+/// interface answers so when another user holds its lock, which it takes
+/// with `mutex_trylock` in mm/damon/sysfs.c). The claim's `nr_kdamonds`
+/// write is retried 10 times (counted in `tierd_damon_busy_retries_total`)
+/// and then given up: tierd keeps cycling on usage demand, says why in
+/// `/status`, claims DAMON at its next retry, sees the hot set, and removes
+/// its kdamond at exit.
+#[test]
+fn damon_ebusy_is_retried_then_survived_and_damon_comes_back() {
+    let g = boot(
+        &[
+            DAMON_TENANT,
+            r#"TIERD_TEST_DAMON_EBUSY=10 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+wait_cycles 3 || exit 1
+echo "PHASE busy"; emit_status; kdamonds
+# DAMON is claimed again at the retry (30 cycles): poll to a deadline.
+i=0
+until tierctl status --json | grep -q '"hot_fast_bytes":[1-9]'; do
+    i=$((i + 1)); [ $i -gt 600 ] && break; sleep 0.2
+done
+echo "PHASE back"; emit_status; kdamonds
+echo "RETRIES $(tierctl metrics | awk '/^tierd_damon_busy_retries_total/ {print $2}')"
+kill -0 $T && echo ALIVE
+kill -TERM $T; wait $T; echo "EXIT $?"
+echo "PHASE stopped"; kdamonds
+"#,
+        ]
+        .concat(),
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let after = |phase: &str| -> String {
+        g.output
+            .lines()
+            .skip_while(|l| *l != format!("PHASE {phase}"))
+            .find(|l| l.starts_with("KDAMONDS"))
+            .unwrap_or_else(|| panic!("no KDAMONDS after {phase}:\n{}", g.output))
+            .to_string()
+    };
+    let st = statuses(&g.output);
+    let (busy, back) = (&st[0], st.last().unwrap());
+    assert!(
+        busy.hotness.starts_with("usage (")
+            && busy.hotness.contains("nr_kdamonds")
+            && busy.hotness.contains("busy"),
+        "status should say DAMON is off because the interface was busy: {}",
+        busy.hotness
+    );
+    assert_eq!(after("busy"), "KDAMONDS 0", "{}", g.output);
+    assert_eq!(
+        back.hotness, "damon",
+        "DAMON not claimed again: {back:?}\n{}",
+        g.output
+    );
+    assert!(
+        back.cycles > busy.cycles
+            && back
+                .containers
+                .iter()
+                .any(|c| c.hot_fast_bytes.unwrap_or(0) > 0),
+        "no hot set seen after the retry: {back:?}\n{}",
+        g.output
+    );
+    assert_eq!(after("back"), "KDAMONDS 1 on", "{}", g.output);
+    let retries: f64 = g
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("RETRIES ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no RETRIES:\n{}", g.output));
+    assert_eq!(retries, 9.0, "{}", g.output);
+    assert!(g.output.lines().any(|l| l == "ALIVE"), "{}", g.output);
+    assert!(g.output.lines().any(|l| l == "EXIT 0"), "{}", g.output);
+    assert_eq!(after("stopped"), "KDAMONDS 0", "{}", g.output);
+    assert!(!g.output.contains("panicked"), "{}", g.output);
+}
+
+/// tierd's kdamonds are gone after it stops; after `kill -9` they keep
+/// running, and a restarted tierd adopts them (no second set). A kdamond
+/// tierd did not create is never touched: tierd runs without DAMON and says
+/// why.
+#[test]
+fn kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched() {
+    let g = boot(
+        &[
+            DAMON_TENANT,
+            r#"tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
 T=$!
 wait_http 30 || exit 1
 sleep 3
@@ -1466,6 +1552,8 @@ echo "PHASE foreign-stopped"; kdamonds
 echo "FOREIGN_OPS $(cat $D/0/contexts/0/operations)"
 grep -i damon /tmp/tierd3.log | head -3
 "#,
+        ]
+        .concat(),
         600,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
