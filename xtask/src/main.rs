@@ -55,6 +55,14 @@ enum Cmd {
         /// Output directory (default: <target>/tierd-bench).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Length of the churn soak run after the scenarios (a container
+        /// created and destroyed every second beside a steady one), seconds;
+        /// 0 skips it.
+        #[arg(long, default_value_t = 600)]
+        soak_s: u64,
+        /// Run only the churn soak, no scenario.
+        #[arg(long)]
+        soak_only: bool,
     },
     /// The verdict table again, from a saved `demo` or `bench` output (the
     /// `SAMPLE`/`HOST`/`PROFILE` lines), without running anything.
@@ -225,7 +233,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             run,
             modes,
             out,
-        } => bench_cmd(vm, run.scenarios, run.duration_s, modes, out),
+            soak_s,
+            soak_only,
+        } => {
+            let out = out.unwrap_or_else(|| bench::default_out(&testbed::target_dir()));
+            if !soak_only {
+                bench_cmd(&vm, run.scenarios, run.duration_s, modes, &out)?;
+            }
+            if soak_s > 0 || soak_only {
+                soak_cmd(&vm, soak_s.max(60), &out)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Test => {
             setup()?;
             cargo(&["fmt", "--all", "--check"])?;
@@ -376,12 +395,12 @@ fn default_scenarios() -> Result<Vec<PathBuf>> {
 }
 
 fn bench_cmd(
-    vm: VmArgs,
+    vm: &VmArgs,
     files: Vec<PathBuf>,
     duration_s: Option<u64>,
     modes: String,
-    out: Option<PathBuf>,
-) -> Result<ExitCode> {
+    out_dir: &Path,
+) -> Result<()> {
     setup()?;
     build_release()?;
     let files = if files.is_empty() {
@@ -419,11 +438,10 @@ fn bench_cmd(
         cfg.timeout.as_secs()
     );
     let res = testbed::run(&cfg, &script).context("emulated CXL host")?;
-    let out_dir = out.unwrap_or_else(|| bench::default_out(&testbed::target_dir()));
     let series = bench::parse_output(&res.output);
     let command = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
     let (_, problems) = bench::write_all(
-        &out_dir,
+        out_dir,
         &scenarios,
         &series,
         &modes_v,
@@ -439,8 +457,45 @@ fn bench_cmd(
             out_dir.display()
         );
     }
-    bench::check(&problems, &failed)?;
-    Ok(ExitCode::SUCCESS)
+    bench::check(&problems, &failed)
+}
+
+/// The churn soak (tests/guest/churn.sh) for `soak_s` seconds in its own
+/// boot: tierd's RSS, open fds and series of churned cgroups every minute,
+/// written to `<out>/soak.md` and appended to `<out>/report.md`. Fails when
+/// tierd did not stay flat (see `testbed::soak::check`).
+fn soak_cmd(vm: &VmArgs, soak_s: u64, out_dir: &Path) -> Result<()> {
+    setup()?;
+    build_release()?;
+    let mut cfg = vm.config();
+    cfg.binaries = built_binaries();
+    cfg.files = guest_files();
+    cfg.echo_output = true;
+    cfg.timeout = cfg.timeout.max(Duration::from_secs(soak_s + 300));
+    eprintln!("xtask: churn soak of {soak_s} s in the emulated CXL host");
+    let res = run_guest(
+        &cfg,
+        &format!(". /tests/lib.sh\n. /tests/churn.sh\nchurn_soak {soak_s}\n"),
+    )?;
+    // Under TCG a create-run-kill-remove round takes 1-2 s.
+    let r = testbed::soak::check(&res.output, (soak_s / 3) as i64);
+    let md = format!(
+        "## Churn soak ({soak_s} s)\n\n`cargo xtask bench --soak-s {soak_s}`: a container created \
+         and destroyed every second beside a steady one, tierd at 500 ms cycles.\n\n{}",
+        testbed::soak::table(&r)
+    );
+    std::fs::create_dir_all(out_dir)?;
+    std::fs::write(out_dir.join("soak.md"), &md)?;
+    std::fs::write(out_dir.join("soak-guest-output.txt"), &res.output)?;
+    let report = out_dir.join("report.md");
+    let mut text = std::fs::read_to_string(&report).unwrap_or_default();
+    text += &format!("\n{md}");
+    std::fs::write(&report, text)?;
+    println!("{md}");
+    if !r.problems.is_empty() {
+        bail!("churn soak failed: {}", r.problems.join("; "));
+    }
+    Ok(())
 }
 
 /// Runs a script in the guest (its output streams to stdout as it comes
@@ -503,10 +558,10 @@ fn built_binaries() -> Vec<PathBuf> {
 
 /// The guest shell helpers, at the path the VM tests source them from.
 fn guest_files() -> Vec<(PathBuf, String)> {
-    let lib = testbed::workspace_root().join("tests/guest/lib.sh");
-    if Path::new(&lib).is_file() {
-        vec![(lib, "/tests/lib.sh".into())]
-    } else {
-        Vec::new()
-    }
+    let dir = testbed::workspace_root().join("tests/guest");
+    ["lib.sh", "churn.sh"]
+        .iter()
+        .map(|f| (dir.join(f), format!("/tests/{f}")))
+        .filter(|(p, _)| p.is_file())
+        .collect()
 }

@@ -33,10 +33,13 @@ fn boot_with(script: &str, timeout_s: u64, tweak: impl FnOnce(&mut testbed::VmCo
     let bins = testbed::guest_binaries(&["tierd", "tierctl", "tierload"]).unwrap_or_else(|e| {
         panic!("{e:#}\nrun the VM tests through `cargo xtask test`, which builds the binaries")
     });
-    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/lib.sh");
+    let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest");
     let cfg = testbed::VmConfig {
         binaries: bins,
-        files: vec![(lib, "/tests/lib.sh".into())],
+        files: ["lib.sh", "churn.sh"]
+            .iter()
+            .map(|f| (guest.join(f), format!("/tests/{f}")))
+            .collect(),
         timeout: Duration::from_secs(timeout_s),
         ..Default::default()
     };
@@ -709,101 +712,30 @@ grep -c "stopped without restoring" /tmp/tierd2.log | sed 's/^/UNDONE /'
 /// doing with it) beside a steady one. tierd stays up, its RSS and open fds
 /// stay flat, every series of the churned cgroups is gone within a cycle
 /// of the last one leaving, loop errors (if any) are counted, not fatal,
-/// and no kdamond is left after the stop. `cargo xtask bench` is where a
-/// 10-minute soak belongs.
+/// and no kdamond is left after the stop. The script is
+/// tests/guest/churn.sh; `cargo xtask bench` runs it for 10 minutes.
 #[test]
 fn churn_soak_leaves_tierd_flat_and_no_series_behind() {
     let g = boot(
         r#"
 . /tests/lib.sh
-mkcg tenants.slice/steady
-start_in tenants.slice/steady tierload hotset --size-mib 64 --hot-mib 16 --report-s 60 > /dev/null
-wait_usage tenants.slice/steady 60 60
-printf '[daemon]\ninterval = "500ms"\n[hotness]\nsource = "damon"\n[[policy]]\nmatch = "tenants.slice/*"\nlocal_high = "50%%"\n' > /tmp/t.toml
-tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
-T=$!
-wait_http 60
-sleep 1
-usage() {
-    echo "rss_kib=$(awk '/^VmRSS/ {print $2}' /proc/$T/status) fds=$(ls /proc/$T/fd | wc -l) series=$(tierctl metrics | grep -c 'cgroup="tenants.slice/churn')"
-}
-# Warm-up churn so allocator and DAMON pools reach their working size.
-churn() {
-    local n=$1 end=$(( $(cut -d. -f1 /proc/uptime) + $2 ))
-    while [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ]; do
-        n=$((n + 1))
-        mkcg tenants.slice/churn$n
-        P=$(start_in tenants.slice/churn$n tierload hotset --size-mib 24 --hot-mib 8 --report-s 60)
-        sleep 1
-        kill -KILL $P; wait $P 2>/dev/null
-        while ! rmdir $CG/tenants.slice/churn$n 2>/dev/null; do sleep 0.1; done
-    done
-    echo "CHURNED $n"
-}
-churn 0 10
-echo "BASE $(usage)"
-churn 1000 60
-# Within a cycle of the last churned cgroup leaving its series are gone.
-i=0
-until [ "$(tierctl metrics | grep -c 'cgroup="tenants.slice/churn')" = 0 ]; do
-    i=$((i + 1)); [ $i -gt 20 ] && break
-    sleep 0.2
-done
-echo "END $(usage)"
-kill -0 $T && echo "ALIVE"
-echo "LOOP_ERRORS $(tierctl metrics | awk '/^tierd_loop_errors_total/ {print $2}')"
-kill -TERM $T
-wait $T
-echo "EXIT $?"
-echo "KDAMONDS $(cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds)"
-grep -E 'panicked|ERROR' /tmp/tierd.log | head -5
+. /tests/churn.sh
+churn_soak 60
 "#,
         420,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
-    let line = |p: &str| line_of(&g.output, p);
-    let field = |l: &str, k: &str| -> i64 {
-        l.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{k}=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {l:?}\n{}", g.output))
-    };
-    let (base, end) = (line("BASE"), line("END"));
     // At least 20 churned containers in the 60 s window (under TCG a
     // create-run-kill-remove round takes 1-2 s).
-    let churned: i64 = g
-        .output
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("CHURNED "))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    assert!(
-        churned >= 1020,
-        "only {} churned\n{}",
-        churned - 1000,
-        g.output
-    );
-    assert_eq!(field(&end, "series"), 0, "{end}\n{}", g.output);
-    let rss_growth = field(&end, "rss_kib") - field(&base, "rss_kib");
-    assert!(
-        rss_growth <= 8 * 1024,
-        "RSS grew by {rss_growth} KiB over the soak: {base} → {end}"
-    );
+    let r = testbed::soak::check(&g.output, 20);
+    assert!(r.problems.is_empty(), "{:?}\n{}", r.problems, g.output);
     // The unit's MemoryMin= must cover what tierd keeps resident.
     let min_kib = unit_memory_min_kib();
+    let end_rss = r.samples.last().unwrap().1;
     assert!(
-        field(&end, "rss_kib") * 2 <= min_kib,
-        "tierd's RSS after the soak ({end}) is over half the unit's MemoryMin= ({min_kib} KiB)"
+        end_rss * 2 <= min_kib,
+        "tierd's RSS after the soak ({end_rss} KiB) is over half the unit's MemoryMin= ({min_kib} KiB)"
     );
-    assert!(
-        (field(&end, "fds") - field(&base, "fds")).abs() <= 2,
-        "open fds: {base} → {end}"
-    );
-    assert!(g.output.lines().any(|l| l == "ALIVE"), "{}", g.output);
-    assert_eq!(line("EXIT"), "EXIT 0", "{}", g.output);
-    assert_eq!(line("KDAMONDS"), "KDAMONDS 0", "{}", g.output);
-    assert!(!g.output.contains("panicked"), "{}", g.output);
 }
 
 /// Issue 12: a panic in a cycle (injected through the test-only fault point

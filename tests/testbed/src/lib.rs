@@ -22,6 +22,7 @@ use std::time::Duration;
 mod cpio;
 mod initramfs;
 mod setup;
+pub mod soak;
 mod vm;
 
 pub use setup::{setup, Assets, KERNEL_META_PACKAGE, MIN_QEMU_MAJOR};
