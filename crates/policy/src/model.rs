@@ -244,15 +244,16 @@ pub struct ContainerPlan {
     /// demotes from those first.
     pub memory_low_bytes: u64,
     /// Protection by `memory.min`, in bytes (written as `max` when not 0,
-    /// like `memory_low_bytes`): the container's usage while its
-    /// fast-tier bytes are at or under its guarantee + band (and it is not
-    /// above its target), else 0. With the multi-gen LRU (6.1+, Debian's
+    /// like `memory_low_bytes`): for a container with a `local_low`
+    /// guarantee, its usage whenever `memory.low` protects it (at or under
+    /// its target), else 0. With the multi-gen LRU (6.1+, Debian's
     /// default) `memory.low` only orders reclaim: `shrink_one` in
     /// mm/vmscan.c moves a memcg below its low to the tail once, then
     /// reclaims it anyway, so kswapd demotes protected containers below
     /// their `local_low`; `memory.min` is never reclaimed
     /// (`mem_cgroup_below_min`). Like `memory.low` it covers total usage,
-    /// which is why it is the whole usage and only near the guarantee.
+    /// which is why it is the whole usage; it lapses as soon as the
+    /// container holds more than its target.
     pub memory_min_bytes: u64,
     pub state: PlacementState,
     /// Thrash damping level (0 = none): promotion budget ÷ 2^level, the

@@ -285,14 +285,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 usage_bytes(c)
             }
         };
-        // A guarantee is hard where it is at stake: memory.low alone is only
-        // an ordering under the multi-gen LRU (see ContainerPlan).
-        let at_stake = p.guarantee_bytes > 0
-            && c.fast_bytes
-                <= p.guarantee_bytes
-                    .saturating_add(band_bytes(params, p.guarantee_bytes));
+        // A guarantee is hard whenever its container is protected:
+        // memory.low alone is only an ordering under the multi-gen LRU, and
+        // kswapd can take tens of MiB between two cycles (see ContainerPlan).
         p.memory_min_bytes =
-            if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && at_stake {
+            if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && p.guarantee_bytes > 0
+            {
                 p.memory_low_bytes
             } else {
                 0

@@ -1017,7 +1017,7 @@ fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
 }
 
 #[test]
-fn memory_min_guards_a_guarantee_only_where_it_is_at_stake() {
+fn memory_min_guards_a_guarantee_while_its_container_is_protected() {
     // Pool 1024 MiB; the steady service (400 MiB, local_low 350 MiB) and a
     // neighbour (800 MiB). Usage demand: steady's target is its 400 MiB.
     let p = PolicyParams {
@@ -1042,9 +1042,11 @@ fn memory_min_guards_a_guarantee_only_where_it_is_at_stake() {
             plan.get(2).unwrap().memory_min_bytes,
         )
     };
-    // At its target, far above the guarantee + band (366 MiB): memory.low only.
-    assert_eq!(min_of(400, 600), (0, 400 * MIB, 0));
-    // Demoted to 360 MiB (within the band of 350): memory.min = its usage.
+    // At its target, far above its guarantee: memory.min already (kswapd
+    // takes tens of MiB between two cycles, faster than a band near the
+    // guarantee could be watched).
+    assert_eq!(min_of(400, 600), (400 * MIB, 400 * MIB, 0));
+    // Demoted to 360 MiB: memory.min = its usage.
     assert_eq!(min_of(360, 600), (400 * MIB, 400 * MIB, 0));
     // Below the guarantee: still min; the neighbour, without a guarantee,
     // never gets one.

@@ -45,7 +45,7 @@ pub struct ContainerStatus {
     pub local_high_bytes: u64,
     pub target_bytes: u64,
     pub memory_low_bytes: u64,
-    /// memory.min written (a guarantee at stake), bytes; absent in older
+    /// memory.min written (a container with a guarantee, at or under its target), bytes; absent in older
     /// tierd's /status.
     #[serde(default)]
     pub memory_min_bytes: u64,
