@@ -1538,6 +1538,10 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
                 )
             })
             .collect();
+        eprintln!(
+            "guaranteed tenant (t:fast/lower/target MiB): {}",
+            course.join(" ")
+        );
         for (t, v) in g.range(30..) {
             let fast = f(v, "fast_bytes").unwrap() / MIB_F;
             assert!(

@@ -255,6 +255,12 @@ pub struct ContainerPlan {
     /// which is why it is the whole usage; it lapses as soon as the
     /// container holds more than its target.
     pub memory_min_bytes: u64,
+    /// Of this cycle's `promote_bytes`, what the `local_low` guarantee
+    /// lacks on the fast tier (min(guarantee − fast, promote_bytes), 0 for
+    /// a pinned container): tierd promotes it itself in every promotion
+    /// mode, because the kernel's NUMA balancing promotes only pages whose
+    /// hint faults look hot, and a guarantee is a promise of bytes.
+    pub guarantee_promote_bytes: u64,
     pub state: PlacementState,
     /// Thrash damping level (0 = none): promotion budget ÷ 2^level, the
     /// promotion side of the band × 2^level (the demotion side is unchanged:

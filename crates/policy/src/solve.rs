@@ -288,6 +288,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         // A guarantee is hard whenever its container is protected:
         // memory.low alone is only an ordering under the multi-gen LRU, and
         // kswapd can take tens of MiB between two cycles (see ContainerPlan).
+        if p.state != PlacementState::Pinned {
+            p.guarantee_promote_bytes = p
+                .guarantee_bytes
+                .saturating_sub(c.fast_bytes)
+                .min(p.promote_bytes);
+        }
         p.memory_min_bytes =
             if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && p.guarantee_bytes > 0
             {
@@ -463,6 +469,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         promote_bytes: 0,
         memory_low_bytes: 0,
         memory_min_bytes: 0,
+        guarantee_promote_bytes: 0,
         damping_level: 0,
         pingpong_bytes_per_s: 0,
         state: if pinned {

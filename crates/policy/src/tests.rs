@@ -1014,6 +1014,12 @@ fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
     assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
     assert_eq!(plan.need_bytes, 38 * MIB);
     assert_eq!(plan.get(1).unwrap().demote_bytes, 38 * MIB);
+    // What the guarantee lacks is promoted by tierd whatever the mode.
+    let b = plan.get(2).unwrap();
+    assert!(b.promote_bytes > 0, "{b:?}");
+    assert_eq!(b.guarantee_promote_bytes, (38 * MIB).min(b.promote_bytes));
+    // Without a guarantee nothing is owed.
+    assert_eq!(plan.get(1).unwrap().guarantee_promote_bytes, 0);
 }
 
 #[test]

@@ -51,7 +51,11 @@ impl Controller {
         let Some(damon) = &self.hot.damon else {
             return done_down;
         };
-        if !promote && !cold {
+        let owed = plan
+            .containers
+            .iter()
+            .any(|p| p.guarantee_promote_bytes > 0);
+        if !promote && !cold && !owed {
             return done_down;
         }
         let most_free = |nodes: &NodeSet| {
@@ -100,6 +104,18 @@ impl Controller {
                     };
                     let mv =
                         pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
+                    results.push((m.id, Direction::Promote, "move_pages", mv));
+                } else if p.guarantee_promote_bytes > 0 {
+                    // What a guarantee lacks is promoted whatever its heat
+                    // (hottest regions first, then the most recently used).
+                    let mv = pm.promote(
+                        m.id,
+                        &r.procs,
+                        u32::MAX,
+                        &lower,
+                        fast_dest,
+                        p.guarantee_promote_bytes,
+                    );
                     results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
