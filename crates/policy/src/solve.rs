@@ -285,15 +285,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 usage_bytes(c)
             }
         };
-        // A guarantee is hard whenever its container is protected:
-        // memory.low alone is only an ordering under the multi-gen LRU, and
-        // kswapd can take tens of MiB between two cycles (see ContainerPlan).
+        // What a guarantee lacks is tierd's to promote (see ContainerPlan).
         if p.state != PlacementState::Pinned {
             p.guarantee_promote_bytes = p
                 .guarantee_bytes
                 .saturating_sub(c.fast_bytes)
                 .min(p.promote_bytes);
         }
+        // A guarantee is hard whenever its container is protected:
+        // memory.low alone is only an ordering under the multi-gen LRU, and
+        // kswapd can take tens of MiB between two cycles (see ContainerPlan).
         p.memory_min_bytes =
             if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && p.guarantee_bytes > 0
             {

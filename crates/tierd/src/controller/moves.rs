@@ -1,5 +1,7 @@
 //! The hand-off to tierd's own movers (`promotion = "tierd"`, cold-first
-//! demotion): what each container may move this cycle, when memory.reclaim
+//! demotion, and in every mode what a `local_low` guarantee lacks; the
+//! last only through the `move_pages` mover): what each container may move
+//! this cycle, when memory.reclaim
 //! takes over from a stalled cold mover, and how each result is counted.
 
 use super::*;
