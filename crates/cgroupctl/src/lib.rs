@@ -16,6 +16,7 @@
 //! warning.
 
 mod format;
+pub mod lru_gen;
 mod nodeset;
 
 use std::fs;
@@ -24,6 +25,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use format::{Limit, MemoryStat, NumaStat, Psi, PsiLine};
+pub use lru_gen::LruGen;
 pub use nodeset::{NodeSet, NodeSetParseError, MAX_ID as MAX_NODESET_ID};
 
 /// Where cgroup2 is mounted on a systemd host.

@@ -210,6 +210,33 @@ impl DemandMode {
     }
 }
 
+/// `[daemon] demotion`: how an over-target container's fast-tier pages are
+/// demoted (what tierd's own movers did not move).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemotionMechanism {
+    /// `lru_gen` where the kernel has it (MGLRU on, debugfs mounted), else
+    /// `memory_reclaim`; the choice is logged at start.
+    Auto,
+    /// The multi-gen LRU's eviction command (`/sys/kernel/debug/lru_gen`):
+    /// per node, oldest generation first, stopping at the bytes asked
+    /// ([`cgroupctl::lru_gen`]). Refuses to start without it.
+    LruGen,
+    /// A `memory.reclaim` write: every node, LRU order; under MGLRU it can
+    /// demote several times what it was asked (docs/NOTES.md).
+    MemoryReclaim,
+}
+
+impl DemotionMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DemotionMechanism::Auto => "auto",
+            DemotionMechanism::LruGen => "lru_gen",
+            DemotionMechanism::MemoryReclaim => "memory_reclaim",
+        }
+    }
+}
+
 /// Mechanism tierd uses to move pages itself (`promotion = "tierd"`
 /// promotion, and cold-first demotion of containers above target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -257,6 +284,8 @@ pub struct DaemonConfig {
     pub cold_min_age: Duration,
     /// Pages per `move_pages(2)` call.
     pub mover_batch: usize,
+    /// How over-target containers are demoted.
+    pub demotion: DemotionMechanism,
     /// Free fast-tier memory kept out of every container's share, for new
     /// allocations and promotions.
     pub headroom: Bytes,
@@ -275,6 +304,8 @@ pub struct DaemonConfig {
     /// sysfs and procfs mount points (tests point these at fixture trees).
     pub sysfs_root: PathBuf,
     pub procfs_root: PathBuf,
+    /// debugfs mount point (MGLRU's `lru_gen` file).
+    pub debugfs_root: PathBuf,
 }
 
 impl Default for DaemonConfig {
@@ -288,6 +319,7 @@ impl Default for DaemonConfig {
             cold_demotion: false,
             cold_min_age: Duration::from_secs(5),
             mover_batch: 1024,
+            demotion: DemotionMechanism::Auto,
             headroom: Bytes(64 << 20),
             demotion_enabled: true,
             numa_balancing: Some(2),
@@ -295,6 +327,7 @@ impl Default for DaemonConfig {
             cgroup_root: cgroupctl::DEFAULT_CGROUP_ROOT.into(),
             sysfs_root: "/sys".into(),
             procfs_root: "/proc".into(),
+            debugfs_root: "/sys/kernel/debug".into(),
         }
     }
 }
@@ -1097,6 +1130,7 @@ mod tests {
                 "daemon.numa_balancing",
             ),
             ("[daemon]\nmover = \"teleport\"\n", "mover"),
+            ("[daemon]\ndemotion = \"swap\"\n", "demotion"),
             ("[daemon]\nmover_batch = 0\n", "daemon.mover_batch"),
             (
                 "[hotness]\naggr_interval = \"1ms\"\n",

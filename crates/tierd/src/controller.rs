@@ -5,11 +5,12 @@
 //! [`crate::daemon`] runs each cycle on a blocking thread.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cgroupctl::{CgroupFs, Limit, NodeSet, ReclaimOutcome};
+use cgroupctl::{CgroupFs, Limit, LruGen, NodeSet, ReclaimOutcome};
 use hotness::damon::Damon;
 use policy::{
     ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
@@ -23,7 +24,7 @@ mod sample;
 use crate::actuators::{
     protection_limit, CpusetMems, Enabled, Knob, Protection, SubtreeCpuset, Writes,
 };
-use crate::config::{Config, HotnessSource, MoverKind, PromotionMode};
+use crate::config::{Config, DemotionMechanism, HotnessSource, MoverKind, PromotionMode};
 use crate::journal::SharedJournal;
 use crate::metrics::{
     gauge_bytes, tier_label, ContainerErrorLabels, ContainerFaultLabels, ContainerLabels,
@@ -115,6 +116,10 @@ pub struct Controller {
     alive_ids: HashSet<u64>,
     /// Held hot-set demand per container (`policy::DemandHolds`).
     demand_hold: DemandHolds,
+    /// MGLRU's eviction command, when demotion goes through it.
+    lru_gen: Option<LruGen>,
+    /// `vm.swappiness`, passed to the eviction command.
+    swappiness: u32,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -171,6 +176,32 @@ fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
             }
         }
         Err(e) => tracing::debug!(error = %e, "kernel free-memory reserve unknown"),
+    }
+}
+
+/// Resolves `daemon.demotion`: the lru_gen file for `auto` (when usable)
+/// and `lru_gen`, `None` for `memory_reclaim`. One log line says which and
+/// why. Errors only for `lru_gen` on a kernel without it, naming the key.
+fn demotion_mechanism(cfg: &Config) -> Result<Option<LruGen>> {
+    let d = &cfg.daemon;
+    if d.demotion == DemotionMechanism::MemoryReclaim {
+        tracing::info!("demotion through memory.reclaim (daemon.demotion = \"memory_reclaim\")");
+        return Ok(None);
+    }
+    match LruGen::open(&d.debugfs_root, &d.sysfs_root) {
+        Ok(g) => {
+            tracing::info!(file = %g.path().display(),
+                "demotion through the multi-gen LRU's eviction command: per node, oldest generation first, the bytes asked");
+            Ok(Some(g))
+        }
+        Err(e) if d.demotion == DemotionMechanism::Auto => {
+            tracing::info!(reason = %e, "demotion through memory.reclaim: the multi-gen LRU's eviction command is not usable");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!(
+            "{e} (key daemon.demotion = \"lru_gen\" in {}; set it to \"auto\" to fall back to memory.reclaim)",
+            cfg.source.display()
+        )),
     }
 }
 
@@ -247,6 +278,15 @@ impl Controller {
             _ => e.into(),
         })?;
         metrics.hint_fault_source(faults.source());
+        let lru_gen = if observe_only {
+            None
+        } else {
+            demotion_mechanism(&cfg)?
+        };
+        let swappiness = fs::read_to_string(cfg.daemon.procfs_root.join("sys/vm/swappiness"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(60);
         let mut c = Controller {
             cfg,
             cg,
@@ -268,6 +308,8 @@ impl Controller {
             stat_hint_faults: HashMap::new(),
             alive_ids: HashSet::new(),
             demand_hold: DemandHolds::default(),
+            lru_gen,
+            swappiness,
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()

@@ -227,3 +227,28 @@ fn hint_faults_fall_back_to_memory_stat_deltas() {
         .unwrap_or_else(|| panic!("no hint-fault counter:\n{m}"));
     assert!(line.ends_with(" 42"), "{line}");
 }
+
+/// `demotion = "lru_gen"` on a host whose MGLRU switch is missing (the
+/// fixture tree has none) refuses to start, naming the key and the file;
+/// `auto` falls back to memory.reclaim (the other tests here).
+#[test]
+fn lru_gen_demotion_without_mglru_is_refused_naming_the_key() {
+    let (_dir, root) = host();
+    let text = format!(
+        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\ndebugfs_root = {:?}\ndemotion = \"lru_gen\"\n\n[[policy]]\nmatch = \"test.slice/*\"\n",
+        root.join("sys/fs/cgroup"),
+        root.join("sys"),
+        root.join("proc"),
+        root.join("sys/kernel/debug"),
+    );
+    let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+    let metrics = Arc::new(Metrics::new("kernel"));
+    let status = Arc::new(Mutex::new(Status::default()));
+    let e = Controller::new(cfg, metrics, status)
+        .err()
+        .expect("lru_gen without MGLRU must be refused");
+    let msg = format!("{e:#}");
+    assert!(msg.contains("daemon.demotion"), "{msg}");
+    assert!(msg.contains("kernel/mm/lru_gen/enabled"), "{msg}");
+    assert!(msg.contains("test.toml"), "{msg}");
+}

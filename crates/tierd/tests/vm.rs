@@ -140,6 +140,72 @@ wait $! || true
     assert!(last.lower_bytes >= 150 * MIB, "{last:?}");
 }
 
+/// A tenant whose whole footprint is touched within seconds (600 MiB Zipf)
+/// has every page in its two youngest MGLRU generations, where a
+/// `memory.reclaim` write of a few MiB demotes up to a hundred. With the
+/// default `demotion = "auto"` tierd uses MGLRU's eviction command and the
+/// tenant's DRAM settles at its target instead of dropping below it.
+#[test]
+fn demotion_stops_at_the_target_under_mglru() {
+    let g = boot(
+        r#"
+set -e
+. /tests/lib.sh
+mkcg tenants.slice/cache
+start_in tenants.slice/cache tierload zipf --size-mib 600 --zipf-s 0.99 --seed 1 --report-s 60
+wait_usage tenants.slice/cache 590 120
+emit_node tenants.slice/cache
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/*"
+local_high = "60%"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+wait_http 30
+for i in $(seq 30); do emit_status; emit_node tenants.slice/cache; sleep 1; done
+kill -TERM $!
+wait $! || true
+echo "DAMON_OFF_LINES $(grep -c 'DAMON off' /tmp/tierd.log)"
+grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let mech = line_of(&g.output, "DEMOTION_LINE ");
+    assert!(mech.contains("multi-gen LRU"), "{mech}\n{}", g.output);
+    // The "DAMON off" notice is said once, not every cycle.
+    assert_eq!(
+        line_of(&g.output, "DAMON_OFF_LINES "),
+        "DAMON_OFF_LINES 1",
+        "{}",
+        g.output
+    );
+    let st = statuses(&g.output);
+    let target = st
+        .iter()
+        .rev()
+        .find_map(|s| container(s, "tenants.slice/cache").map(|c| c.target_bytes))
+        .unwrap_or_else(|| panic!("no status for the tenant:\n{}", g.output));
+    let n = nodes(&g.output, "tenants.slice/cache");
+    assert!(n[0].0 >= 550, "the tenant should start in DRAM: {n:?}");
+    let (t, b) = (target / MIB, band(target) / MIB);
+    let first = n
+        .iter()
+        .position(|&(fast, _)| fast <= t + b)
+        .unwrap_or_else(|| panic!("never demoted to target {t} + band {b} MiB: {n:?}"));
+    assert!(
+        first <= 20,
+        "took {first} s to reach target {t} + {b} MiB: {n:?}"
+    );
+    let low = n[first..].iter().map(|&(fast, _)| fast).min().unwrap();
+    assert!(
+        low + b >= t,
+        "DRAM fell to {low} MiB, more than the band ({b} MiB) below target {t} MiB: {n:?}"
+    );
+}
+
 #[test]
 fn at_target_container_is_not_demoted() {
     // Same boot, same load, twice: a steady 300 MiB container (30 MiB hot,

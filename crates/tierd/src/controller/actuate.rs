@@ -73,7 +73,7 @@ impl Controller {
             let labels = ContainerLabels {
                 cgroup: m.path.clone(),
             };
-            match self.cg.reclaim(&m.path, demote) {
+            match self.demote(m, demote) {
                 Ok(outcome) => {
                     self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
                     self.metrics
@@ -86,13 +86,13 @@ impl Controller {
                             .get_or_create(&labels)
                             .inc();
                     }
-                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "memory.reclaim");
+                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "demoted");
                 }
                 Err(cgroupctl::Error::Vanished(p)) => {
-                    tracing::debug!(path = %p.display(), "cgroup vanished before memory.reclaim; skipped");
+                    tracing::debug!(path = %p.display(), "cgroup vanished before demotion; skipped");
                 }
                 Err(e) => {
-                    tracing::warn!(container = %m.path, error = %e, "memory.reclaim failed");
+                    tracing::warn!(container = %m.path, error = %e, "demotion failed");
                     self.count_error(&m.path, "reclaim", &e);
                 }
             }
@@ -104,6 +104,84 @@ impl Controller {
 }
 
 impl Controller {
+    /// Demotes `bytes` of container `m`'s fast-tier memory. Through MGLRU's
+    /// eviction command where tierd uses it: split over the container's
+    /// memcgs and fast nodes in proportion to their pages there, each part
+    /// oldest generation first and stopping at the pages asked; `Short` when
+    /// fewer were evictable even after aging. Else one `memory.reclaim`
+    /// write (every node, LRU order; under MGLRU it can take several times
+    /// the bytes asked: docs/NOTES.md "memory.reclaim overshoots under
+    /// MGLRU").
+    pub(super) fn demote(&mut self, m: &Managed, bytes: u64) -> cgroupctl::Result<ReclaimOutcome> {
+        match self.demote_lru_gen(m, bytes) {
+            Some(Err(e))
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EROFS | libc::EACCES | libc::EPERM)
+                ) =>
+            {
+                // A read-only or forbidden debugfs (a sandbox, lockdown)
+                // stays so: say it once and keep to memory.reclaim.
+                tracing::warn!(error = %e,
+                    "MGLRU's eviction command cannot be written; demotion through memory.reclaim from now on");
+                self.lru_gen = None;
+                self.cg.reclaim(&m.path, bytes)
+            }
+            Some(r) => r,
+            None => self.cg.reclaim(&m.path, bytes),
+        }
+    }
+
+    /// The lru_gen half of [`Self::demote`]; `None` when tierd does not use
+    /// lru_gen or lru_gen does not list the container.
+    fn demote_lru_gen(&self, m: &Managed, bytes: u64) -> Option<cgroupctl::Result<ReclaimOutcome>> {
+        let lg = self.lru_gen.as_ref()?;
+        let all = match lg.read() {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        let fast = self.topo.fast_nodes();
+        let memcgs: Vec<&cgroupctl::lru_gen::MemcgGens> = m
+            .members
+            .iter()
+            .filter_map(|p| {
+                let want = format!("/{}", p.trim_matches('/'));
+                all.iter().find(|g| g.path == want)
+            })
+            .collect();
+        if memcgs.is_empty() {
+            // lru_gen names memcgs relative to the reader's cgroup namespace:
+            // a container it does not list is demoted the other way.
+            tracing::debug!(container = %m.path, file = %lg.path().display(),
+                "not listed in lru_gen; memory.reclaim instead");
+            return None;
+        }
+        let parts: Vec<(&cgroupctl::lru_gen::MemcgGens, u32, u64)> = memcgs
+            .into_iter()
+            .flat_map(|g| fast.iter().map(move |&n| (g, n, g.resident_pages(n))))
+            .filter(|&(_, _, pages)| pages > 0)
+            .collect();
+        let total: u64 = parts.iter().map(|p| p.2).sum();
+        if total == 0 {
+            return Some(Ok(ReclaimOutcome::Short));
+        }
+        let want = bytes.div_ceil(PAGE_BYTES);
+        let mut short = false;
+        for (g, node, pages) in parts {
+            let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
+            match lg.demote(g, node, share, self.swappiness) {
+                Ok(ev) => short |= ev.evictable_pages < ev.asked_pages,
+                Err(cgroupctl::Error::Vanished(_)) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(if short {
+            ReclaimOutcome::Short
+        } else {
+            ReclaimOutcome::Full
+        }))
+    }
+
     pub(super) fn write_protection(&mut self, knob: Protection, path: &str, id: u64, value: Limit) {
         if let Err(e) = self.protection.write(&self.cg, knob, path, id, value) {
             tracing::warn!(container = %path, error = %e, "cannot write {}", knob.file());

@@ -77,6 +77,10 @@ impl Controller {
     pub(super) fn sample_heat(&mut self, managed: &[Managed]) {
         self.hot.readings.clear();
         if self.hot.damon.is_none() {
+            // Off by config: setup_hotness said so once at start.
+            if self.cfg.hotness.source == HotnessSource::Off || self.observe_only {
+                return;
+            }
             if self.cycles >= self.hot.retry_cycle {
                 self.setup_hotness();
             }
