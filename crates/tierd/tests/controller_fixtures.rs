@@ -26,14 +26,20 @@ fn host() -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-fn controller(root: &Path, policy: &str) -> (Controller, Arc<Metrics>, Arc<Mutex<Status>>) {
+/// A config on the fixture tree: `daemon` adds `[daemon]` lines, `policy`
+/// lines to the one policy.
+fn config(root: &Path, daemon: &str, policy: &str) -> Config {
     let text = format!(
-        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\n\n[[policy]]\nmatch = \"test.slice/*\"\n{policy}\n",
+        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\n{daemon}\n[[policy]]\nmatch = \"test.slice/*\"\n{policy}\n",
         root.join("sys/fs/cgroup"),
         root.join("sys"),
         root.join("proc"),
     );
-    let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+    Config::parse(&text, Path::new("test.toml")).unwrap()
+}
+
+fn controller(root: &Path, policy: &str) -> (Controller, Arc<Metrics>, Arc<Mutex<Status>>) {
+    let cfg = config(root, "", policy);
     let metrics = Arc::new(Metrics::new("kernel"));
     let status = Arc::new(Mutex::new(Status::default()));
     let c = Controller::new(cfg, metrics.clone(), status.clone()).unwrap();
@@ -234,14 +240,11 @@ fn hint_faults_fall_back_to_memory_stat_deltas() {
 #[test]
 fn lru_gen_demotion_without_mglru_is_refused_naming_the_key() {
     let (_dir, root) = host();
-    let text = format!(
-        "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\ndebugfs_root = {:?}\ndemotion = \"lru_gen\"\n\n[[policy]]\nmatch = \"test.slice/*\"\n",
-        root.join("sys/fs/cgroup"),
-        root.join("sys"),
-        root.join("proc"),
-        root.join("sys/kernel/debug"),
+    let daemon = format!(
+        "debugfs_root = {:?}\ndemotion = \"lru_gen\"",
+        root.join("sys/kernel/debug")
     );
-    let cfg = Config::parse(&text, Path::new("test.toml")).unwrap();
+    let cfg = config(&root, &daemon, "");
     let metrics = Arc::new(Metrics::new("kernel"));
     let status = Arc::new(Mutex::new(Status::default()));
     let e = Controller::new(cfg, metrics, status)

@@ -4,6 +4,7 @@
 //! record of originals and its undo live in [`crate::actuators`].
 
 use super::*;
+use cgroupctl::lru_gen::MemcgGens;
 
 impl Controller {
     /// Writes memory.low and cpuset.mems where they changed, then demotes.
@@ -62,6 +63,8 @@ impl Controller {
         // memory.reclaim (LRU order) for whatever demotion is left.
         let moved_down = self.regulated_moves(managed, plan);
         self.lap(phase, "move");
+        // lru_gen lists every memcg: read once per cycle, on first use.
+        let mut gens = None;
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             let demote = p
@@ -73,7 +76,7 @@ impl Controller {
             let labels = ContainerLabels {
                 cgroup: m.path.clone(),
             };
-            match self.demote(m, demote) {
+            match self.demote(m, demote, &mut gens) {
                 Ok(outcome) => {
                     self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
                     self.metrics
@@ -105,15 +108,21 @@ impl Controller {
 
 impl Controller {
     /// Demotes `bytes` of container `m`'s fast-tier memory. Through MGLRU's
-    /// eviction command where tierd uses it: split over the container's
+    /// eviction command where tierd uses it (`gens`: this cycle's read of
+    /// lru_gen, made on first use): split over the container's
     /// memcgs and fast nodes in proportion to their pages there, each part
     /// oldest generation first and stopping at the pages asked; `Short` when
     /// fewer were evictable even after aging. Else one `memory.reclaim`
     /// write (every node, LRU order; under MGLRU it can take several times
     /// the bytes asked: docs/NOTES.md "memory.reclaim overshoots under
     /// MGLRU").
-    pub(super) fn demote(&mut self, m: &Managed, bytes: u64) -> cgroupctl::Result<ReclaimOutcome> {
-        match self.demote_lru_gen(m, bytes) {
+    pub(super) fn demote(
+        &mut self,
+        m: &Managed,
+        bytes: u64,
+        gens: &mut Option<Vec<MemcgGens>>,
+    ) -> cgroupctl::Result<ReclaimOutcome> {
+        match self.demote_lru_gen(m, bytes, gens) {
             Some(Err(e))
                 if matches!(
                     e.raw_os_error(),
@@ -134,14 +143,24 @@ impl Controller {
 
     /// The lru_gen half of [`Self::demote`]; `None` when tierd does not use
     /// lru_gen or lru_gen does not list the container.
-    fn demote_lru_gen(&self, m: &Managed, bytes: u64) -> Option<cgroupctl::Result<ReclaimOutcome>> {
+    fn demote_lru_gen(
+        &self,
+        m: &Managed,
+        bytes: u64,
+        gens: &mut Option<Vec<MemcgGens>>,
+    ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
         let lg = self.lru_gen.as_ref()?;
-        let all = match lg.read() {
-            Ok(a) => a,
-            Err(e) => return Some(Err(e)),
+        // Evicting one container's memcgs leaves the others' generations
+        // as read.
+        let all = match gens {
+            Some(a) => a,
+            None => match lg.read() {
+                Ok(a) => gens.insert(a),
+                Err(e) => return Some(Err(e)),
+            },
         };
         let fast = self.topo.fast_nodes();
-        let memcgs: Vec<&cgroupctl::lru_gen::MemcgGens> = m
+        let memcgs: Vec<&MemcgGens> = m
             .members
             .iter()
             .filter_map(|p| {
@@ -156,7 +175,7 @@ impl Controller {
                 "not listed in lru_gen; memory.reclaim instead");
             return None;
         }
-        let parts: Vec<(&cgroupctl::lru_gen::MemcgGens, u32, u64)> = memcgs
+        let parts: Vec<(&MemcgGens, u32, u64)> = memcgs
             .into_iter()
             .flat_map(|g| fast.iter().map(move |&n| (g, n, g.resident_pages(n))))
             .filter(|&(_, _, pages)| pages > 0)
