@@ -256,6 +256,62 @@ pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
     by
 }
 
+/// The line the demo's guest script prints before each repeat of its
+/// scenarios (`REPEAT <k>`), so that one output holds several runs of each.
+pub const REPEAT_MARKER: &str = "REPEAT";
+
+/// Splits an output into repeats at [`REPEAT_MARKER`] lines and parses each
+/// with [`parse_output`]: per scenario, one [`Series`] per repeat that ran
+/// it, in order. An output without markers (a `bench` run, an older demo
+/// log) is one repeat.
+pub fn parse_repeats(out: &str) -> BTreeMap<String, Vec<Series>> {
+    let mut chunks = vec![String::new()];
+    for l in out.lines() {
+        if l.split_whitespace().next() == Some(REPEAT_MARKER) {
+            chunks.push(String::new());
+            continue;
+        }
+        let c = chunks.last_mut().expect("never empty");
+        c.push_str(l);
+        c.push('\n');
+    }
+    let mut by: BTreeMap<String, Vec<Series>> = BTreeMap::new();
+    for c in chunks {
+        for (name, s) in parse_output(&c) {
+            by.entry(name).or_default().push(s);
+        }
+    }
+    by
+}
+
+/// One series whose cycle profiles are the sums of `runs`' (cycles and
+/// seconds per phase added per mode), for a profile table over repeats.
+pub fn merged_profiles(runs: &[Series]) -> Series {
+    let mut out = Series::default();
+    for s in runs {
+        for (mode, p) in &s.profile {
+            let e = out
+                .profile
+                .entry(mode.clone())
+                .or_insert_with(|| serde_json::json!({"cycles": 0.0, "phases": []}));
+            e["cycles"] =
+                (e["cycles"].as_f64().unwrap_or(0.0) + p["cycles"].as_f64().unwrap_or(0.0)).into();
+            let mut phases = e["phases"].as_array().cloned().unwrap_or_default();
+            for x in p["phases"].as_array().into_iter().flatten() {
+                let (Some(name), Some(v)) = (x[0].as_str(), x[1].as_f64()) else {
+                    continue;
+                };
+                match phases.iter_mut().find(|y| y[0].as_str() == Some(name)) {
+                    Some(y) => y[1] = (y[1].as_f64().unwrap_or(0.0) + v).into(),
+                    None => phases.push(serde_json::json!([name, v])),
+                }
+            }
+            e["phases"] = phases.into();
+        }
+    }
+    out
+}
+
 fn f(v: &Value, k: &str) -> Option<f64> {
     v.get(k).and_then(|x| x.as_f64())
 }
@@ -712,53 +768,103 @@ pub fn verdict_header(modes: &[String]) -> String {
     t
 }
 
-/// The verdict rows of one scenario (under [`verdict_header`]): a row per
-/// metric, a column per mode, and per tierd mode whether it is ahead of or
-/// equal to kernel tiering (`=` within the metric's tolerance, `ahead`,
+/// The verdict rows of one scenario (under [`verdict_header`]) from one or
+/// more runs of it (`runs`: the same scenario repeated in one boot): a row
+/// per metric, a column per mode with the median over the runs (and the
+/// range, `min–max`, when there are several), and per tierd mode whether it
+/// is ahead of or equal to kernel tiering. Medians are compared: `=` when
+/// they differ by no more than the metric's tolerance, or by no more than
+/// kernel tiering's own run-to-run spread in these runs (half its range: two
+/// kernel-only runs differ by that much without any change), `ahead`,
 /// `policy` — behind on a container that kernel tiering gave more than its
-/// fair share, see [`above_share`] — or `BEHIND`). Returns the rows and the
-/// metrics on which a tierd mode is behind (`policy` rows are not).
-pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<String>) {
-    let rows = verdict_rows(sc, s, modes);
+/// fair share in most runs, see [`above_share`] — or `BEHIND`. Returns the
+/// rows and the metrics on which a tierd mode is behind (`policy` rows are
+/// not).
+pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String, Vec<String>) {
+    let empty = Series::default();
+    let runs: Vec<&Series> = if runs.is_empty() {
+        vec![&empty]
+    } else {
+        runs.to_vec()
+    };
+    let per_run: Vec<Vec<VerdictRow>> = runs.iter().map(|s| verdict_rows(sc, s, modes)).collect();
     let kernel = modes.iter().position(|m| m == "kernel");
     let tierd_modes: Vec<usize> = (0..modes.len()).filter(|&i| Some(i) != kernel).collect();
     let mut t = String::new();
     let mut behind = Vec::new();
-    for (n, r) in rows.iter().enumerate() {
+    for (n, r) in per_run[0].iter().enumerate() {
         let _ = write!(
             t,
             "| {} | {} |",
             if n == 0 { sc.name.as_str() } else { "" },
             r.metric
         );
-        for v in &r.values {
-            match v {
-                Some(x) if x.is_infinite() => t.push_str(" never |"),
+        // Per mode: this metric's value in every run that measured it.
+        let values: Vec<Vec<f64>> = (0..modes.len())
+            .map(|i| {
+                per_run
+                    .iter()
+                    .filter_map(|rows| rows[n].values[i])
+                    .collect()
+            })
+            .collect();
+        let medians: Vec<Option<f64>> = values.iter().map(|v| median(v)).collect();
+        let show = |x: f64| {
+            if x.is_infinite() {
+                "never".to_string()
+            } else {
+                format!("{:.*}", r.digits, x)
+            }
+        };
+        for (v, m) in values.iter().zip(&medians) {
+            match m {
+                Some(x) if v.len() > 1 => {
+                    let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let _ = write!(t, " {} ({}–{}) |", show(*x), show(lo), show(hi));
+                }
                 Some(x) => {
-                    let _ = write!(t, " {:.*} |", r.digits, x);
+                    let _ = write!(t, " {} |", show(*x));
                 }
                 None => t.push_str(" – |"),
             }
         }
         if let Some(k) = kernel {
+            let noise = half_range(&values[k]);
             for &i in &tierd_modes {
-                let cmp = match (r.values[k], r.values[i]) {
+                let cmp = match (medians[k], medians[i]) {
                     (Some(kv), Some(tv)) => {
                         // Relative tolerance, and never finer than one
                         // unit of the displayed precision (0 vs 1 page/s).
                         let slack = (r.tolerance * kv.abs().max(tv.abs()))
-                            .max(10f64.powi(-(r.digits as i32)));
+                            .max(10f64.powi(-(r.digits as i32)))
+                            .max(noise);
                         let ahead = match r.better {
                             Better::Higher => tv - kv,
                             Better::Lower => kv - tv,
+                        };
+                        let policy = || {
+                            r.container.as_deref().is_some_and(|c| {
+                                let n = runs
+                                    .iter()
+                                    .filter(|s| {
+                                        above_share(
+                                            s,
+                                            c,
+                                            &modes[k],
+                                            &modes[i],
+                                            sc.duration_s as f64,
+                                        )
+                                    })
+                                    .count();
+                                2 * n > runs.len()
+                            })
                         };
                         if kv == tv || (kv.is_finite() && tv.is_finite() && ahead.abs() <= slack) {
                             "="
                         } else if ahead > 0.0 {
                             "ahead"
-                        } else if r.container.as_deref().is_some_and(|c| {
-                            above_share(s, c, &modes[k], &modes[i], sc.duration_s as f64)
-                        }) {
+                        } else if policy() {
                             "policy"
                         } else {
                             behind.push(format!("{} / {}: {}", sc.name, modes[i], r.metric));
@@ -773,6 +879,31 @@ pub fn verdict(sc: &ScenarioFile, s: &Series, modes: &[String]) -> (String, Vec<
         t.push('\n');
     }
     (t, behind)
+}
+
+/// Median of `v` (the mean of the middle two for an even count); `None`
+/// when empty. Infinite values ("never") sort last.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some(0.5 * (v[n / 2 - 1] + v[n / 2])),
+    }
+}
+
+/// Half the range of the finite values of `v`: the run-to-run spread of a
+/// metric (0 for fewer than two finite values).
+fn half_range(v: &[f64]) -> f64 {
+    let finite: Vec<f64> = v.iter().cloned().filter(|x| x.is_finite()).collect();
+    if finite.len() < 2 {
+        return 0.0;
+    }
+    let lo = finite.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = finite.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    0.5 * (hi - lo)
 }
 
 /// Whether kernel tiering gave a container more than its share: its mean
@@ -989,7 +1120,7 @@ pub fn write_all(
         std::fs::write(dir.join("samples.jsonl"), jsonl)?;
         std::fs::write(dir.join("scenario.toml"), &sc.text)?;
         let mut tbl = table(sc, s, modes);
-        let (v, _) = verdict(sc, s, modes);
+        let (v, _) = verdict(sc, &[s], modes);
         tbl += "\nVerdict (kernel tiering vs tierd, same boot):\n\n";
         tbl += &verdict_header(modes);
         tbl += &v;
@@ -1279,7 +1410,7 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         let s = parse_output(&out);
         let sc = scenario_v();
         let modes = vec!["kernel".to_string(), "tierd".to_string()];
-        let (rows, behind) = verdict(&sc, &s["v"], &modes);
+        let (rows, behind) = verdict(&sc, &[&s["v"]], &modes);
         let line = |m: &str| rows.lines().find(|l| l.contains(m)).unwrap().to_string();
         assert!(
             line("x: hit ratio").ends_with("| 0.900 | 0.950 | ahead |"),
@@ -1304,6 +1435,85 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             .starts_with("| scenario | metric | kernel | tierd | tierd vs kernel |"));
     }
 
+    /// Output of one run of scenario "v" (container "x"): per mode its hit
+    /// ratio, constant over the run.
+    fn run_v(hits: &[(&str, f64)]) -> String {
+        let mut out = String::new();
+        for (mode, hit) in hits {
+            for t in [0, 10, 20, 30, 40] {
+                out += &format!(
+                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit}}}\n"
+                );
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn repeated_runs_compare_medians_beyond_the_kernels_own_spread() {
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        let verdict_of = |runs: &[[f64; 2]]| {
+            let mut out = String::from("boot noise\n");
+            for (k, [kernel, tierd]) in runs.iter().enumerate() {
+                out += &format!("{REPEAT_MARKER} {}\n", k + 1);
+                out += &run_v(&[("kernel", *kernel), ("tierd", *tierd)]);
+            }
+            let series = parse_repeats(&out);
+            assert_eq!(series["v"].len(), runs.len());
+            let runs: Vec<&Series> = series["v"].iter().collect();
+            verdict(&scenario_v(), &runs, &modes)
+        };
+        // Kernel 0.80 / 0.90 / 0.96 (median 0.90, half-range 0.08); tierd's
+        // median 0.85 is 0.05 behind: within the kernel's own spread.
+        let (rows, behind) = verdict_of(&[[0.80, 0.85], [0.90, 0.84], [0.96, 0.86]]);
+        assert!(
+            rows.contains("| x: hit ratio | 0.900 (0.800–0.960) | 0.850 (0.840–0.860) | = |"),
+            "{rows}"
+        );
+        assert!(behind.is_empty(), "{behind:?}");
+        // Kernel steady at 0.90 ± 0.005: tierd's median 0.85 is behind.
+        let (rows, behind) = verdict_of(&[[0.895, 0.85], [0.90, 0.84], [0.905, 0.86]]);
+        assert!(rows.contains("| 0.850 (0.840–0.860) | BEHIND |"), "{rows}");
+        assert_eq!(behind, vec!["v / tierd: x: hit ratio".to_string()]);
+        // One bad tierd run out of three does not move the median.
+        let (rows, _) = verdict_of(&[[0.90, 0.95], [0.90, 0.50], [0.90, 0.96]]);
+        assert!(rows.contains("| 0.950 (0.500–0.960) | ahead |"), "{rows}");
+    }
+
+    #[test]
+    fn medians_and_spreads_of_runs() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        // "never" (infinite) sorts last and is a median like any value.
+        assert_eq!(
+            median(&[f64::INFINITY, 30.0, f64::INFINITY]),
+            Some(f64::INFINITY)
+        );
+        assert_eq!(median(&[f64::INFINITY, 30.0, 40.0]), Some(40.0));
+        assert_eq!(half_range(&[1.0]), 0.0);
+        assert_eq!(half_range(&[1.0, 5.0, f64::INFINITY]), 2.0);
+        // Without markers the whole output is one repeat.
+        let one = parse_repeats(&run_v(&[("kernel", 0.9)]));
+        assert_eq!(one["v"].len(), 1);
+    }
+
+    #[test]
+    fn profiles_of_repeats_add_up() {
+        let p = |cycles: u32, read: f64| {
+            let mut s = Series::default();
+            s.profile.insert(
+                "tierd".into(),
+                serde_json::json!({"cycles": cycles, "phases": [["read", read], ["solve", 0.001]]}),
+            );
+            s
+        };
+        let m = merged_profiles(&[p(10, 0.01), p(30, 0.05)]);
+        let t = profile_table([("s", &m)]);
+        // 40 cycles, 60 ms of read and 2 ms of solve in all.
+        assert!(t.contains("| s | tierd | 40 | 1.50 | 0.05 | 1.55 |"), "{t}");
+    }
+
     #[test]
     fn behind_on_a_container_kernel_gave_more_than_its_share_is_policy() {
         // Kernel tiering holds x at `held` MiB; tierd's target for it is
@@ -1323,7 +1533,7 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             }
             let sc = scenario_v();
             let modes = vec!["kernel".to_string(), "tierd".to_string()];
-            verdict(&sc, &parse_output(&out)["v"], &modes)
+            verdict(&sc, &[&parse_output(&out)["v"]], &modes)
         };
         // 600 MiB held > 1.05 × 400: the policy, not a failure.
         let (rows, behind) = run(600);

@@ -95,6 +95,13 @@ enum Cmd {
         /// tierd-damos); default: kernel,tierd.
         #[arg(long)]
         modes: Option<String>,
+        /// Runs of every scenario and mode, in the same boot; the verdict
+        /// compares medians, and counts a difference only beyond kernel
+        /// tiering's own run-to-run spread. Two kernel-only runs of one
+        /// scenario in one boot have differed by more than the metrics'
+        /// tolerances (docs/BENCHMARKS.md), so one run decides nothing.
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
     },
 }
 
@@ -208,7 +215,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             fixtures::capture(&assets, vm.config())?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Demo { vm, run, modes } => demo(vm, run.scenarios, run.duration_s, modes),
+        Cmd::Demo {
+            vm,
+            run,
+            modes,
+            repeat,
+        } => demo(vm, run.scenarios, run.duration_s, modes, repeat.max(1)),
         Cmd::Verdict {
             log,
             mut scenarios,
@@ -263,13 +275,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Runs `tierscen` on each scenario in one boot; tierd's /metrics is printed
-/// at the end of the last one.
+/// Runs `tierscen` on each scenario `repeat` times in one boot (the modes in
+/// reverse order on every other repeat, so that neither always runs first
+/// after a scenario's setup); tierd's /metrics is printed at the end of the
+/// last run.
 fn demo(
     vm: VmArgs,
     mut scenarios: Vec<PathBuf>,
     duration_s: Option<u64>,
     modes: Option<String>,
+    repeat: u32,
 ) -> Result<ExitCode> {
     setup()?;
     build_release()?;
@@ -296,32 +311,40 @@ fn demo(
     let mut script = String::from("set -e\n");
     let mut total_s = 60;
     let n = expanded.len();
-    for (i, sc) in expanded.iter().enumerate() {
-        let m = if modes.is_some() {
-            default_modes.clone()
-        } else {
-            sc.modes(&default_modes)
-        };
-        total_s += m.len() as u64 * (duration_s.unwrap_or(sc.duration_s) + 60);
-        let host = stage.join(format!("{}.toml", sc.name));
-        std::fs::write(&host, &sc.text)?;
-        let guest = format!("/scenarios/{}.toml", sc.name);
-        cfg.files.push((host, guest.clone()));
-        let mut cmd = format!("tierscen {guest} --emit --modes {}", m.join(","));
-        if let Some(d) = duration_s {
-            cmd += &format!(" --duration-s {d}");
+    for rep in 1..=repeat {
+        script += &format!("echo {} {rep}\n", bench::REPEAT_MARKER);
+        for (i, sc) in expanded.iter().enumerate() {
+            let mut m = if modes.is_some() {
+                default_modes.clone()
+            } else {
+                sc.modes(&default_modes)
+            };
+            if rep % 2 == 0 {
+                m.reverse();
+            }
+            total_s += m.len() as u64 * (duration_s.unwrap_or(sc.duration_s) + 60);
+            let host = stage.join(format!("{}.toml", sc.name));
+            std::fs::write(&host, &sc.text)?;
+            let guest = format!("/scenarios/{}.toml", sc.name);
+            if rep == 1 {
+                cfg.files.push((host, guest.clone()));
+            }
+            let mut cmd = format!("tierscen {guest} --emit --modes {}", m.join(","));
+            if let Some(d) = duration_s {
+                cmd += &format!(" --duration-s {d}");
+            }
+            if rep == repeat && i + 1 == n {
+                cmd += " --metrics";
+            }
+            script += &cmd;
+            script += "\n";
         }
-        if i + 1 == n {
-            cmd += " --metrics";
-        }
-        script += &cmd;
-        script += "\n";
     }
     let scenarios = expanded;
     cfg.timeout = cfg.timeout.max(Duration::from_secs(total_s));
     // Each scenario's samples (`--emit`) feed the verdict table at the end.
     eprintln!(
-        "xtask: running {} scenario(s) in the emulated CXL host ({} vCPUs, {} MiB DRAM + {} MiB CXL), up to {} s",
+        "xtask: running {} scenario(s) × {repeat} in the emulated CXL host ({} vCPUs, {} MiB DRAM + {} MiB CXL), up to {} s",
         scenarios.len(),
         cfg.cpus,
         cfg.dram_mib,
@@ -343,8 +366,8 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
         .split(',')
         .map(String::from)
         .collect();
-    let series = bench::parse_output(output);
-    let empty = bench::Series::default();
+    let series = bench::parse_repeats(output);
+    let repeats = series.values().map(Vec::len).max().unwrap_or(0);
     let mut table = String::new();
     let mut behind = Vec::new();
     let mut header = None;
@@ -355,19 +378,33 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
             sc.modes(&default_modes)
         };
         header.get_or_insert_with(|| bench::verdict_header(&m));
-        let (rows, b) = bench::verdict(sc, series.get(&sc.name).unwrap_or(&empty), &m);
+        let runs: Vec<&bench::Series> = series.get(&sc.name).into_iter().flatten().collect();
+        let (rows, b) = bench::verdict(sc, &runs, &m);
         table += &rows;
         behind.extend(b);
     }
+    let merged: Vec<(&str, bench::Series)> = scenarios
+        .iter()
+        .filter_map(|sc| {
+            Some((
+                sc.name.as_str(),
+                bench::merged_profiles(series.get(&sc.name)?),
+            ))
+        })
+        .collect();
+    let runs_note = if repeats > 1 {
+        format!(
+            "Each value is the median of {repeats} runs in this boot (range in parentheses); `=` within the \
+             metric's tolerance or within kernel tiering's own run-to-run spread (half its range)"
+        )
+    } else {
+        "One run per mode; `=` within the metric's tolerance".to_string()
+    };
     println!(
-        "\n## Verdict: kernel tiering vs tierd, same boot\n\n`=` within the metric's tolerance; `policy`: behind on a container that kernel \
+        "\n## Verdict: kernel tiering vs tierd, same boot\n\n{runs_note}; `policy`: behind on a container that kernel \
          tiering gave more than its fair share (its fast-tier bytes > 1.05 × tierd's target for it).\n\n{}{table}{}",
         header.unwrap_or_default(),
-        bench::profile_table(
-            scenarios
-                .iter()
-                .filter_map(|sc| Some((sc.name.as_str(), series.get(&sc.name)?)))
-        )
+        bench::profile_table(merged.iter().map(|(n, s)| (*n, s)))
     );
     if behind.is_empty() {
         println!("\ntierd is ahead of or equal to kernel tiering on every metric.");
