@@ -27,7 +27,7 @@
 //!
 //! Needs: std, `thiserror`, `cgroupctl::NodeSet`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -117,6 +117,50 @@ pub fn zone_reserve_pages(path: &Path, text: &str) -> Result<BTreeMap<u32, u64>>
             .map_err(|_| err(format!("watermark {key} is not a number: {val:?}")))?;
     }
     flush(&mut out, node, zone);
+    Ok(out)
+}
+
+/// Nodes the kernel has given up reclaiming: `node_unreclaimable: 1` in
+/// `/proc/zoneinfo` (mm/vmstat.c `zoneinfo_show_print`; the line is
+/// `pgdat->kswapd_failures >= MAX_RECLAIM_RETRIES`). After 16 kswapd runs in
+/// a row that reclaimed nothing (every memcg on the node protected, say),
+/// `wakeup_kswapd()` no longer wakes kswapd for the node, so neither
+/// reclaim-time demotion nor NUMA-balancing promotion into it (which needs
+/// free pages above the high watermark, and asks kswapd for them) happens
+/// again until some reclaim through `shrink_node()` — direct reclaim, or a
+/// `memory.reclaim` write — frees a page there (mm/vmscan.c). MGLRU's
+/// debugfs eviction command does not count.
+///
+/// Errors: [`TopologyError::Parse`] naming `path` when a `Node N, zone`
+/// header has no node number or the flag is not a number.
+pub fn unreclaimable_nodes(path: &Path, text: &str) -> Result<BTreeSet<u32>> {
+    let mut out = BTreeSet::new();
+    let mut node: Option<u32> = None;
+    for (i, line) in text.lines().enumerate() {
+        let err = |reason: String| TopologyError::Parse {
+            path: path.to_path_buf(),
+            line: i + 1,
+            reason,
+        };
+        if let Some(rest) = line.strip_prefix("Node ") {
+            let id = rest.split(',').next().unwrap_or("").trim();
+            node = Some(
+                id.parse()
+                    .map_err(|_| err(format!("no node number in {line:?}")))?,
+            );
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        let (Some("node_unreclaimable:"), Some(val), None) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let flag: u32 = val
+            .parse()
+            .map_err(|_| err(format!("node_unreclaimable is not a number: {val:?}")))?;
+        if let (Some(n), true) = (node, flag != 0) {
+            out.insert(n);
+        }
+    }
     Ok(out)
 }
 
@@ -472,10 +516,51 @@ mod tests {
                     if *keep { l.clone() } else { format!("{}{junk}", &l[..l.len() / 2]) }
                 })
                 .collect();
+            if let Err(e) = unreclaimable_nodes(Path::new("/proc/zoneinfo"), &text.join("\n")) {
+                proptest::prop_assert!(e.to_string().contains("/proc/zoneinfo"), "{}", e);
+            }
             if let Err(e) = zone_reserve_pages(Path::new("/proc/zoneinfo"), &text.join("\n")) {
                 proptest::prop_assert!(e.to_string().contains("/proc/zoneinfo"), "{}", e);
             }
         }
+    }
+
+    #[test]
+    fn unreclaimable_nodes_from_the_guest_zoneinfo() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/linux-6.12/proc/zoneinfo");
+        let text = fs::read_to_string(&path).unwrap();
+        // Captured from a healthy guest: no node given up.
+        assert!(unreclaimable_nodes(&path, &text).unwrap().is_empty());
+        // The same file as the kernel prints it once kswapd gave up on node 0
+        // (seen in the emulated host: both of node 0's lines flip).
+        let mut node = None;
+        let hopeless: String = text
+            .lines()
+            .map(|l| {
+                if let Some(rest) = l.strip_prefix("Node ") {
+                    node = rest.split(',').next().map(str::to_owned);
+                }
+                if node.as_deref() == Some("0") && l.trim_start().starts_with("node_unreclaimable:")
+                {
+                    l.replace(" 0", " 1")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_ne!(hopeless, text);
+        assert_eq!(
+            unreclaimable_nodes(&path, &hopeless).unwrap(),
+            BTreeSet::from([0])
+        );
+        let e = unreclaimable_nodes(
+            Path::new("/proc/zoneinfo"),
+            "Node 1, zone   Normal\n  node_unreclaimable:  yes\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("/proc/zoneinfo: line 2"), "{e}");
     }
 
     #[test]

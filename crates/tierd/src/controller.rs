@@ -4,7 +4,7 @@
 //! Everything here is blocking file I/O on cgroupfs and sysfs; the async loop in
 //! [`crate::daemon`] runs each cycle on a blocking thread.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use policy::{
 mod actuate;
 mod moves;
 mod publish;
+mod revive;
 mod sample;
 
 use crate::actuators::{
@@ -32,7 +33,7 @@ use crate::metrics::{
     MoveFailureLabels, MoveLabels, NodeLabels, PhaseLabels, PromotionLabels, CYCLE_PHASES,
 };
 use crate::regulate::{DamosMover, DamosOrder, Direction, Moved, PagesMover};
-use crate::topology::{zone_reserve_pages, Topology};
+use crate::topology::{unreclaimable_nodes, zone_reserve_pages, Topology};
 use hotness::hintfaults::{HintFaultSource, HintFaults};
 use hotness::monitor::{ContainerReading, HeatMonitor, Member};
 use moves::ColdStall;
@@ -120,6 +121,12 @@ pub struct Controller {
     lru_gen: Option<LruGen>,
     /// `vm.swappiness`, passed to the eviction command.
     swappiness: u32,
+    /// Fast nodes the kernel had stopped reclaiming at the last cycle
+    /// (`revive.rs`).
+    unreclaimable: BTreeSet<u32>,
+    /// The last cycle's managed containers, best first for a revival write
+    /// at exit (`revive.rs`).
+    revive_with: Vec<String>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -310,6 +317,8 @@ impl Controller {
             demand_hold: DemandHolds::default(),
             lru_gen,
             swappiness,
+            unreclaimable: BTreeSet::new(),
+            revive_with: Vec::new(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -437,6 +446,9 @@ impl Controller {
         if !self.observe_only {
             self.actuate(&managed, &plan, &fast, &mut phase);
         }
+        // Demotion work of the kernel's, like memory.reclaim's: in `reclaim`.
+        self.revive_kswapd(&plan, &managed, &per_node);
+        self.lap(&mut phase, "reclaim");
         self.forget_vanished(&managed);
         self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
         self.lap(&mut phase, "publish");
@@ -538,6 +550,9 @@ impl Controller {
         self.pinning.restore(&self.cg);
         self.subtree.restore(&self.cg);
         tracing::info!("restored memory.low and cpuset.mems of managed cgroups");
+        if !self.observe_only {
+            self.revive_at_exit();
+        }
     }
 }
 
