@@ -406,6 +406,17 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
         header.unwrap_or_default(),
         bench::profile_table(merged.iter().map(|(n, s)| (*n, s)))
     );
+    let resets: Vec<&str> = output
+        .lines()
+        .filter(|l| l.starts_with("HOST_RESET "))
+        .collect();
+    if !resets.is_empty() {
+        println!(
+            "\n{} run(s) started on a fast node the kernel had given up on (revived before the run):\n  {}",
+            resets.len(),
+            resets.join("\n  ")
+        );
+    }
     if behind.is_empty() {
         println!("\ntierd is ahead of or equal to kernel tiering on every metric.");
     } else {

@@ -267,6 +267,33 @@ fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
     Ok((f, l))
 }
 
+/// Every mode starts from a host whose kernel reclaims every node: a node
+/// the kernel gave up on (`node_unreclaimable` in /proc/zoneinfo, after 16
+/// kswapd runs that reclaimed nothing) gets neither kswapd demotion nor
+/// NUMA-balancing promotion until a reclaim frees a page on it, so a run
+/// after one that left it so would measure a crippled kernel. Revives such
+/// a node with a root `memory.reclaim` write and says so (`HOST_RESET`).
+fn revive_given_up_nodes(scenario: &str, mode: Mode) {
+    let path = Path::new("/proc/zoneinfo");
+    let read = || {
+        fs::read_to_string(path)
+            .ok()
+            .and_then(|t| tierd::topology::unreclaimable_nodes(path, &t).ok())
+            .unwrap_or_default()
+    };
+    let given_up = read();
+    if given_up.is_empty() {
+        return;
+    }
+    let reclaim = Path::new(CGROUP_ROOT).join("memory.reclaim");
+    let r = fs::write(&reclaim, "1M");
+    println!(
+        "HOST_RESET {scenario} / {}: node(s) {given_up:?} unreclaimable at the start; root memory.reclaim: {r:?}; now {:?}",
+        mode.label(),
+        read()
+    );
+}
+
 fn http_get(addr: &str, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -584,6 +611,7 @@ fn run_mode(
 ) -> Result<ModeResult> {
     let fast = nodes_with_cpus();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
+    revive_given_up_nodes(&sc.name, mode);
     let mut tierd: Option<Child> = None;
     let watchdog_pings = Arc::new(Mutex::new(0u64));
     let mut addr = String::from("127.0.0.1:9464");
