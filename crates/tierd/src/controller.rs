@@ -446,9 +446,8 @@ impl Controller {
         if !self.observe_only {
             self.actuate(&managed, &plan, &fast, &mut phase);
         }
-        // Demotion work of the kernel's, like memory.reclaim's: in `reclaim`.
-        self.revive_kswapd(&plan, &managed, &per_node);
-        self.lap(&mut phase, "reclaim");
+        self.watch_kswapd(&plan, &managed, &per_node);
+        self.lap(&mut phase, "read");
         self.forget_vanished(&managed);
         self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
         self.lap(&mut phase, "publish");

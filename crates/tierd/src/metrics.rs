@@ -375,7 +375,7 @@ impl Metrics {
             node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
             node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
             node_unreclaimable: reg!("tierd_node_unreclaimable", "1 while the kernel has stopped reclaiming the fast node (/proc/zoneinfo node_unreclaimable: kswapd reclaimed nothing 16 times in a row; no kswapd demotion or NUMA-balancing promotion into it)", Family::default()),
-            kswapd_revivals: reg!("tierd_kswapd_revivals", "memory.reclaim writes tierd made to revive kswapd on a fast node the kernel had stopped reclaiming", Family::default()),
+            kswapd_revivals: reg!("tierd_kswapd_revivals", "memory.reclaim writes tierd made at exit to revive kswapd on a fast node the kernel had stopped reclaiming", Family::default()),
             fast_pool_bytes: reg!("tierd_fast_pool_bytes", "Fast-tier bytes shared among managed containers this cycle", Gauge::default()),
             fast_need_bytes: reg!("tierd_fast_need_bytes", "Fast-tier room needed this cycle (headroom deficit + under-target containers' deficits): what demotion below local_high may free at most", Gauge::default()),
             guarantees_scaled: reg!("tierd_guarantees_scaled", "1 when the local_low guarantees exceed the fast tier and were scaled down", Gauge::default()),

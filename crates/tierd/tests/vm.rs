@@ -1596,12 +1596,12 @@ grep -i damon /tmp/tierd3.log | head -3
 fn a_fast_node_the_kernel_gave_up_on_is_revived_and_not_left_so() {
     // The noisy-neighbour demo scenario under tierd's shipped defaults: a
     // steady service with a local_low guarantee (memory.min), then an
-    // all-hot neighbour whose allocation burst wakes kswapd while every memcg
-    // on node 0 is protected. In the emulated host the kernel then marked
-    // node 0 unreclaimable (kswapd reclaimed nothing 16 times in a row) and
-    // kernel tiering stayed dead after tierd exited: no kswapd demotion, no
-    // promotion, for the rest of the boot. tierd must revive it within a
-    // cycle or two and never leave it so.
+    // all-hot neighbour (nothing old enough for MGLRU to evict). kswapd
+    // finds nothing to reclaim on node 0 and the kernel marks the node
+    // unreclaimable (16 kswapd runs in a row that reclaimed nothing); before
+    // the fix kernel tiering stayed dead after tierd exited: no kswapd
+    // demotion, no promotion, for the rest of the boot. tierd must say so
+    // while it runs and leave the node reclaimable when it stops.
     let g = boot(
         r#"
 . /tests/lib.sh
@@ -1626,7 +1626,6 @@ wait_usage tenants.slice/steady 395 90 || exit 1
 mkcg tenants.slice/noisy
 N=$(start_in tenants.slice/noisy tierload hotset --size-mib 800 --hot-mib 800 --report-s 60)
 for i in $(seq 40); do echo "UNR $i $(unr)"; sleep 1; done
-tierctl metrics | grep -E '^tierd_(kswapd_revivals|node_unreclaimable)' | sed 's/^/METRIC /'
 kill -TERM $TIERD
 wait $TIERD
 echo "UNR stopped $(unr)"
@@ -1634,6 +1633,7 @@ kill $S $N
 wait $S $N
 echo "UNR end $(unr)"
 echo "GAVEUP $(grep -c 'stopped reclaiming fast node' /tmp/tierd.log)"
+echo "REVIVED $(grep -c 'kswapd revived on fast node 0 before exit' /tmp/tierd.log)"
 "#,
         600,
     );
@@ -1647,35 +1647,25 @@ echo "GAVEUP $(grep -c 'stopped reclaiming fast node' /tmp/tierd.log)"
             .to_string()
     };
     assert_eq!(flag("start"), "0", "node 0 given up before the test:\n{o}");
-    let revivals: f64 = o
-        .lines()
-        .filter_map(|l| l.strip_prefix("METRIC tierd_kswapd_revivals_total{"))
-        .filter(|l| l.contains("node=\"0\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let given_up = |tag: &str| {
+        o.lines()
+            .find_map(|l| l.strip_prefix(&format!("{tag} ")))
+            .is_some_and(|n| n.trim() != "0")
+    };
+    let samples: String = (1..=40)
+        .map(|i| {
+            if flag(&i.to_string()) == "1" {
+                '1'
+            } else {
+                '0'
+            }
+        })
+        .collect();
+    eprintln!("node 0 unreclaimable under tierd, 1 s samples: {samples}");
     assert!(
-        revivals >= 1.0,
-        "the kernel never gave up on node 0 in this run (no revival): the setup did not \
-         reproduce the condition this test is about\n{o}"
-    );
-    // Each sample is one second; tierd checks every 2 s cycle and its write
-    // takes effect at once.
-    let samples: Vec<bool> = (1..=40).map(|i| flag(&i.to_string()) == "1").collect();
-    let longest = samples
-        .split(|&given_up| !given_up)
-        .map(<[bool]>::len)
-        .max()
-        .unwrap_or(0);
-    eprintln!(
-        "node 0 unreclaimable, 1 s samples: {} ({revivals} revival writes)",
-        samples
-            .iter()
-            .map(|&b| if b { '1' } else { '0' })
-            .collect::<String>()
-    );
-    assert!(
-        longest <= 6,
-        "node 0 stayed unreclaimable for {longest} s in a row under tierd:\n{o}"
+        given_up("GAVEUP") && samples.contains('1'),
+        "the kernel never gave up on node 0 in this run: the setup did not reproduce the \
+         condition this test is about\n{o}"
     );
     assert_eq!(
         flag("stopped"),
@@ -1684,8 +1674,7 @@ echo "GAVEUP $(grep -c 'stopped reclaiming fast node' /tmp/tierd.log)"
     );
     assert_eq!(flag("end"), "0", "node 0 unreclaimable at the end:\n{o}");
     assert!(
-        o.lines()
-            .any(|l| l.starts_with("GAVEUP ") && l != "GAVEUP 0"),
-        "tierd did not log the node it found given up:\n{o}"
+        given_up("REVIVED"),
+        "tierd did not say it revived node 0:\n{o}"
     );
 }

@@ -10,6 +10,16 @@
 //! and kernel tiering stayed dead after tierd stopped. MGLRU's eviction
 //! command, tierd's usual demotion, does not reset the kernel's count; a
 //! `memory.reclaim` write does.
+//!
+//! While tierd runs it reports such a node and does not revive it: tierd
+//! keeps the fast tier's headroom free itself, which is what kswapd would do
+//! there, and promotion needs only that free room. Reviving it every time
+//! cost more than it gave: an all-hot neighbour made kswapd give up again
+//! within seconds, and each 1 MiB `memory.reclaim` write into an all-young
+//! memcg demoted tens of MiB under MGLRU (the noisy-neighbour demo: DRAM
+//! used 87 % against 94 %, 1,289 against 875 migrations/s; docs/NOTES.md).
+//! At exit, when tierd's protection is gone, it revives the node so that the
+//! kernel's own tiering works again.
 
 use super::*;
 
@@ -38,30 +48,24 @@ impl Controller {
     /// Managed containers to revive a node through, best first: those
     /// without `memory.min` (no guarantee to dent) before those with, then
     /// the most above their target (whose pages would go first anyway).
-    /// Only containers with at least [`REVIVE_BYTES`] on `node`, when
-    /// `node` is given.
+    /// Only containers with at least [`REVIVE_BYTES`] on the fast tier.
     fn revival_candidates(
         fast_nodes: &NodeSet,
         plan: &Plan,
         managed: &[Managed],
         per_node: &HashMap<u64, BTreeMap<u32, u64>>,
-        node: Option<u32>,
     ) -> Vec<String> {
         let mut c: Vec<(bool, i128, &str)> = managed
             .iter()
             .filter_map(|m| {
                 let p = plan.get(m.id)?;
-                let nodes = per_node.get(&m.id)?;
-                let here = match node {
-                    Some(n) => nodes.get(&n).copied().unwrap_or(0),
-                    None => nodes.values().sum(),
-                };
-                (p.state != PlacementState::Pinned && here >= REVIVE_BYTES).then(|| {
-                    let fast: u64 = nodes
-                        .iter()
-                        .filter(|(n, _)| fast_nodes.contains(n))
-                        .map(|(_, b)| *b)
-                        .sum();
+                let fast: u64 = per_node
+                    .get(&m.id)?
+                    .iter()
+                    .filter(|(n, _)| fast_nodes.contains(n))
+                    .map(|(_, b)| *b)
+                    .sum();
+                (p.state != PlacementState::Pinned && fast >= REVIVE_BYTES).then(|| {
                     (
                         p.memory_min_bytes > 0,
                         i128::from(p.target_bytes) - i128::from(fast),
@@ -75,19 +79,18 @@ impl Controller {
     }
 
     /// Each cycle: exports which fast nodes the kernel has stopped
-    /// reclaiming (`tierd_node_unreclaimable`) and, unless observe-only,
-    /// revives kswapd on each with one small `memory.reclaim` write to a
-    /// managed container holding pages there
-    /// (`tierd_kswapd_revivals_total`). Logs when a node is given up and
-    /// when it is reclaimed again.
-    pub(super) fn revive_kswapd(
+    /// reclaiming (`tierd_node_unreclaimable`), logs when one is given up
+    /// and when it is reclaimed again, and keeps the managed containers to
+    /// revive it through at exit, best first.
+    pub(super) fn watch_kswapd(
         &mut self,
         plan: &Plan,
         managed: &[Managed],
         per_node: &HashMap<u64, BTreeMap<u32, u64>>,
     ) {
         let hopeless = self.unreclaimable_fast_nodes();
-        for &n in &self.topo.fast_nodes() {
+        let fast = self.topo.fast_nodes();
+        for &n in &fast {
             let l = NodeLabels {
                 node: n,
                 tier: tier_label(true),
@@ -97,76 +100,56 @@ impl Controller {
                 .get_or_create(&l)
                 .set(i64::from(hopeless.contains(&n)));
         }
-        self.revive_with =
-            Self::revival_candidates(&self.topo.fast_nodes(), plan, managed, per_node, None);
+        self.revive_with = Self::revival_candidates(&fast, plan, managed, per_node);
         for &n in self.unreclaimable.difference(&hopeless) {
             tracing::info!(node = n, "kswapd reclaims fast node {n} again");
         }
-        for &n in &hopeless {
-            if !self.unreclaimable.contains(&n) {
-                tracing::warn!(
-                    node = n,
-                    "the kernel stopped reclaiming fast node {n} (kswapd reclaimed nothing 16 times \
-                     in a row: node_unreclaimable in /proc/zoneinfo); no kswapd demotion or \
-                     NUMA-balancing promotion into it until a reclaim frees a page there: \
-                     reviving it with memory.reclaim"
-                );
-            }
-            if self.observe_only {
-                continue;
-            }
-            let cands =
-                Self::revival_candidates(&self.topo.fast_nodes(), plan, managed, per_node, Some(n));
-            if !self.revive_through(n, &cands) {
-                tracing::debug!(
-                    node = n,
-                    "no managed container could be reclaimed on the node this cycle"
-                );
-            }
+        for &n in hopeless.difference(&self.unreclaimable) {
+            tracing::warn!(
+                node = n,
+                "the kernel stopped reclaiming fast node {n} (kswapd reclaimed nothing 16 times \
+                 in a row: node_unreclaimable in /proc/zoneinfo); no kswapd demotion or \
+                 NUMA-balancing promotion into it until a reclaim frees a page there. tierd \
+                 keeps its headroom free meanwhile and revives kswapd when it stops"
+            );
         }
         self.unreclaimable = hopeless;
     }
 
-    /// One `memory.reclaim` write of [`REVIVE_BYTES`] to the first of
-    /// `paths` that takes it; true when one did.
-    fn revive_through(&self, node: u32, paths: &[String]) -> bool {
-        for path in paths {
-            match self.cg.reclaim(path, REVIVE_BYTES) {
-                Ok(outcome) => {
-                    self.metrics
-                        .kswapd_revivals
-                        .get_or_create(&NodeLabels {
-                            node,
-                            tier: tier_label(true),
-                        })
-                        .inc();
-                    tracing::info!(node, container = %path, ?outcome,
-                        "memory.reclaim write to revive kswapd on the fast node");
-                    return true;
-                }
-                Err(cgroupctl::Error::Vanished(_)) => continue,
-                Err(e) => {
-                    tracing::warn!(node, container = %path, error = %e,
-                        "memory.reclaim write to revive kswapd failed");
-                    self.count_error(path, "revive", &e);
-                }
+    /// One `memory.reclaim` write of [`REVIVE_BYTES`] to `path` (`""`: the
+    /// root cgroup); true when the kernel took it.
+    fn revive_through(&self, node: u32, path: &str) -> bool {
+        match self.cg.reclaim(path, REVIVE_BYTES) {
+            Ok(outcome) => {
+                self.metrics
+                    .kswapd_revivals
+                    .get_or_create(&NodeLabels {
+                        node,
+                        tier: tier_label(true),
+                    })
+                    .inc();
+                tracing::info!(node, cgroup = %path, ?outcome,
+                    "memory.reclaim write to revive kswapd on the fast node");
+                true
+            }
+            Err(cgroupctl::Error::Vanished(_)) => false,
+            Err(e) => {
+                tracing::warn!(node, cgroup = %path, error = %e,
+                    "memory.reclaim write to revive kswapd failed");
+                false
             }
         }
-        false
     }
 
     /// At shutdown, after protection is put back: leaves no fast node
-    /// unreclaimable behind, through the last cycle's managed containers and
+    /// unreclaimable behind (`tierd_kswapd_revivals_total`), through the last cycle's managed containers and
     /// then the root cgroup's `memory.reclaim`.
     pub(super) fn revive_at_exit(&self) {
         let mut paths = self.revive_with.clone();
         paths.push(String::new());
         for n in self.unreclaimable_fast_nodes() {
             for p in &paths {
-                if !self.revive_through(n, std::slice::from_ref(p)) {
-                    continue;
-                }
-                if !self.unreclaimable_fast_nodes().contains(&n) {
+                if self.revive_through(n, p) && !self.unreclaimable_fast_nodes().contains(&n) {
                     break;
                 }
             }
