@@ -87,37 +87,88 @@ pub fn zone_reserve_pages(path: &Path, text: &str) -> Result<BTreeMap<u32, u64>>
             *out.entry(n).or_default() += zone.0.max(zone.1);
         }
     };
-    for (i, line) in text.lines().enumerate() {
-        let err = |reason: String| TopologyError::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            reason,
-        };
-        if let Some(rest) = line.strip_prefix("Node ") {
-            flush(&mut out, node, zone);
-            zone = (0, 0);
-            let id = rest.split(',').next().unwrap_or("").trim();
-            node = Some(
-                id.parse()
-                    .map_err(|_| err(format!("no node number in {line:?}")))?,
-            );
-            continue;
+    for l in zoneinfo_lines(path, text) {
+        match l? {
+            ZoneLine::Zone(n) => {
+                flush(&mut out, node, zone);
+                zone = (0, 0);
+                node = Some(n);
+            }
+            ZoneLine::Pair { key, val, line, .. } => {
+                let slot = match key {
+                    "high" => &mut zone.0,
+                    "promo" => &mut zone.1,
+                    _ => continue,
+                };
+                *slot = val.parse().map_err(|_| {
+                    parse_error(
+                        path,
+                        line,
+                        format!("watermark {key} is not a number: {val:?}"),
+                    )
+                })?;
+            }
         }
-        let mut f = line.split_whitespace();
-        let (Some(key), Some(val), None) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        let slot = match key {
-            "high" => &mut zone.0,
-            "promo" => &mut zone.1,
-            _ => continue,
-        };
-        *slot = val
-            .parse()
-            .map_err(|_| err(format!("watermark {key} is not a number: {val:?}")))?;
     }
     flush(&mut out, node, zone);
     Ok(out)
+}
+
+/// One line of `/proc/zoneinfo` as the parsers here read it.
+enum ZoneLine<'a> {
+    /// `Node N, zone NAME`: a zone section of node N starts.
+    Zone(u32),
+    /// A line of exactly two fields, `key value`, in the section of `node`
+    /// (None before the first header); `line` is 1-based.
+    Pair {
+        node: Option<u32>,
+        key: &'a str,
+        val: &'a str,
+        line: usize,
+    },
+}
+
+/// The zone headers and `key value` lines of a zoneinfo text, in order;
+/// an `Err` for a header without a node number.
+fn zoneinfo_lines<'a>(
+    path: &'a Path,
+    text: &'a str,
+) -> impl Iterator<Item = Result<ZoneLine<'a>>> + 'a {
+    let mut node = None;
+    text.lines().enumerate().filter_map(move |(i, line)| {
+        if let Some(rest) = line.strip_prefix("Node ") {
+            let id = rest.split(',').next().unwrap_or("").trim();
+            return Some(match id.parse() {
+                Ok(n) => {
+                    node = Some(n);
+                    Ok(ZoneLine::Zone(n))
+                }
+                Err(_) => Err(parse_error(
+                    path,
+                    i + 1,
+                    format!("no node number in {line:?}"),
+                )),
+            });
+        }
+        let mut f = line.split_whitespace();
+        let (Some(key), Some(val), None) = (f.next(), f.next(), f.next()) else {
+            return None;
+        };
+        Some(Ok(ZoneLine::Pair {
+            node,
+            key,
+            val,
+            line: i + 1,
+        }))
+    })
+}
+
+fn parse_error(path: &Path, line: usize, reason: String) -> TopologyError {
+    TopologyError::Parse {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    }
 }
 
 /// Nodes the kernel has given up reclaiming: `node_unreclaimable: 1` in
@@ -135,28 +186,23 @@ pub fn zone_reserve_pages(path: &Path, text: &str) -> Result<BTreeMap<u32, u64>>
 /// header has no node number or the flag is not a number.
 pub fn unreclaimable_nodes(path: &Path, text: &str) -> Result<BTreeSet<u32>> {
     let mut out = BTreeSet::new();
-    let mut node: Option<u32> = None;
-    for (i, line) in text.lines().enumerate() {
-        let err = |reason: String| TopologyError::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            reason,
-        };
-        if let Some(rest) = line.strip_prefix("Node ") {
-            let id = rest.split(',').next().unwrap_or("").trim();
-            node = Some(
-                id.parse()
-                    .map_err(|_| err(format!("no node number in {line:?}")))?,
-            );
-            continue;
-        }
-        let mut f = line.split_whitespace();
-        let (Some("node_unreclaimable:"), Some(val), None) = (f.next(), f.next(), f.next()) else {
+    for l in zoneinfo_lines(path, text) {
+        let ZoneLine::Pair {
+            node,
+            key: "node_unreclaimable:",
+            val,
+            line,
+        } = l?
+        else {
             continue;
         };
-        let flag: u32 = val
-            .parse()
-            .map_err(|_| err(format!("node_unreclaimable is not a number: {val:?}")))?;
+        let flag: u32 = val.parse().map_err(|_| {
+            parse_error(
+                path,
+                line,
+                format!("node_unreclaimable is not a number: {val:?}"),
+            )
+        })?;
         if let (Some(n), true) = (node, flag != 0) {
             out.insert(n);
         }
