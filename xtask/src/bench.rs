@@ -843,21 +843,15 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
                             Better::Higher => tv - kv,
                             Better::Lower => kv - tv,
                         };
+                        // Decided by the runs that measured both modes.
                         let policy = || {
                             r.container.as_deref().is_some_and(|c| {
-                                let n = runs
+                                let end = sc.duration_s as f64;
+                                let seen: Vec<bool> = runs
                                     .iter()
-                                    .filter(|s| {
-                                        above_share(
-                                            s,
-                                            c,
-                                            &modes[k],
-                                            &modes[i],
-                                            sc.duration_s as f64,
-                                        )
-                                    })
-                                    .count();
-                                2 * n > runs.len()
+                                    .filter_map(|s| above_share(s, c, &modes[k], &modes[i], end))
+                                    .collect();
+                                2 * seen.iter().filter(|&&a| a).count() > seen.len()
                             })
                         };
                         if kv == tv || (kv.is_finite() && tv.is_finite() && ahead.abs() <= slack) {
@@ -911,7 +905,8 @@ fn half_range(v: &[f64]) -> f64 {
 /// its mean target under `tierd` over the same span by more than 5%. A
 /// tierd mode behind on such a container's own metrics is behind because
 /// the policy (weights, guarantees of others) says so, not by failing it.
-fn above_share(s: &Series, container: &str, kernel: &str, tierd: &str, end: f64) -> bool {
+/// `None` when the run lacks either mode's samples.
+fn above_share(s: &Series, container: &str, kernel: &str, tierd: &str, end: f64) -> Option<bool> {
     let last_quarter = |mode: &str, key: &str| {
         let mine: Vec<&Value> = s
             .samples
@@ -921,13 +916,7 @@ fn above_share(s: &Series, container: &str, kernel: &str, tierd: &str, end: f64)
         let last = mine.last().and_then(|v| f(v, "t_s")).unwrap_or(end);
         mean_from(&mine, key, 0.75 * last)
     };
-    match (
-        last_quarter(kernel, "fast_bytes"),
-        last_quarter(tierd, "target_bytes"),
-    ) {
-        (Some(held), Some(share)) => held > 1.05 * share,
-        _ => false,
-    }
+    Some(last_quarter(kernel, "fast_bytes")? > 1.05 * last_quarter(tierd, "target_bytes")?)
 }
 
 /// MiB × s a container's fast-tier bytes spent below its `local_low`, from
@@ -1549,6 +1538,36 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             "{rows}"
         );
         assert_eq!(behind, vec!["v / tierd: x: hit ratio".to_string()]);
+        // A repeat cut short before its kernel-only run does not outvote
+        // the one that measured both (600 MiB held: policy).
+        let both = run_x("kernel", 0.99, 600) + &run_x("tierd", 0.95, 400);
+        let tierd_only = run_x("tierd", 0.95, 400);
+        let out = format!("{REPEAT_MARKER} 1\n{both}{REPEAT_MARKER} 2\n{tierd_only}");
+        let series = parse_repeats(&out);
+        let runs: Vec<&Series> = series["v"].iter().collect();
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        let (rows, behind) = verdict(&scenario_v(), &runs, &modes);
+        assert!(rows.contains("| policy |"), "{rows}");
+        assert!(behind.is_empty(), "{behind:?}");
+    }
+
+    /// Samples of container "x" of scenario "v" under `mode`: hit ratio,
+    /// fast-tier MiB, and (tierd) a 400 MiB target.
+    fn run_x(mode: &str, hit: f64, fast_mib: u64) -> String {
+        let target = if mode == "kernel" {
+            "null".to_string()
+        } else {
+            (400u64 << 20).to_string()
+        };
+        (0..=40)
+            .step_by(10)
+            .map(|t| {
+                format!(
+                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"fast_bytes\":{},\"target_bytes\":{target}}}\n",
+                    fast_mib << 20
+                )
+            })
+            .collect()
     }
 
     #[test]
