@@ -3,21 +3,20 @@
 //! waking kswapd for it (`/proc/zoneinfo` `node_unreclaimable`, see
 //! [`crate::topology::unreclaimable_nodes`]); NUMA-balancing promotion into
 //! the node then fails too, for the rest of the boot, until a reclaim through
-//! `shrink_node()` frees a page there. tierd's protection can cause it: with
-//! a guarantee under `memory.min` and a newcomer under `memory.low`, a
-//! newcomer's allocation burst woke kswapd with nothing it could take (seen
-//! in the emulated host, docs/NOTES.md "A fast node the kernel gave up on"),
+//! `shrink_node()` frees a page there. tierd's protection can cause it:
+//! with a guarantee under `memory.min` and an all-hot neighbour (nothing old
+//! enough for MGLRU to evict), kswapd found nothing it could take (seen in
+//! the emulated host, docs/NOTES.md "A fast node the kernel gave up on"),
 //! and kernel tiering stayed dead after tierd stopped. MGLRU's eviction
 //! command, tierd's usual demotion, does not reset the kernel's count; a
 //! `memory.reclaim` write does.
 //!
 //! While tierd runs it reports such a node and does not revive it: tierd
 //! keeps the fast tier's headroom free itself, which is what kswapd would do
-//! there, and promotion needs only that free room. Reviving it every time
-//! cost more than it gave: an all-hot neighbour made kswapd give up again
-//! within seconds, and each 1 MiB `memory.reclaim` write into an all-young
-//! memcg demoted tens of MiB under MGLRU (the noisy-neighbour demo: DRAM
-//! used 87 % against 94 %, 1,289 against 875 migrations/s; docs/NOTES.md).
+//! there, and promotion needs only that free room. Reviving it every cycle
+//! cost more than it gave (docs/NOTES.md "A fast node the kernel gave up
+//! on").
+//!
 //! At exit, when tierd's protection is gone, it revives the node so that the
 //! kernel's own tiering works again.
 
