@@ -308,12 +308,21 @@ fn demo(
     for f in &scenarios {
         expanded.extend(bench::load(f, vm.dram_mib)?);
     }
+    // Each scenario file is staged once and run by every repeat.
+    let mut guest_paths = Vec::with_capacity(expanded.len());
+    for sc in &expanded {
+        let host = stage.join(format!("{}.toml", sc.name));
+        std::fs::write(&host, &sc.text)?;
+        let guest = format!("/scenarios/{}.toml", sc.name);
+        cfg.files.push((host, guest.clone()));
+        guest_paths.push(guest);
+    }
     let mut script = String::from("set -e\n");
     let mut total_s = 60;
     let n = expanded.len();
     for rep in 1..=repeat {
         script += &format!("echo {} {rep}\n", bench::REPEAT_MARKER);
-        for (i, sc) in expanded.iter().enumerate() {
+        for (i, (sc, guest)) in expanded.iter().zip(&guest_paths).enumerate() {
             let mut m = if modes.is_some() {
                 default_modes.clone()
             } else {
@@ -323,12 +332,6 @@ fn demo(
                 m.reverse();
             }
             total_s += m.len() as u64 * (duration_s.unwrap_or(sc.duration_s) + 60);
-            let host = stage.join(format!("{}.toml", sc.name));
-            std::fs::write(&host, &sc.text)?;
-            let guest = format!("/scenarios/{}.toml", sc.name);
-            if rep == 1 {
-                cfg.files.push((host, guest.clone()));
-            }
             let mut cmd = format!("tierscen {guest} --emit --modes {}", m.join(","));
             if let Some(d) = duration_s {
                 cmd += &format!(" --duration-s {d}");

@@ -79,8 +79,8 @@ impl Controller {
 
     /// Each cycle: exports which fast nodes the kernel has stopped
     /// reclaiming (`tierd_node_unreclaimable`), logs when one is given up
-    /// and when it is reclaimed again, and keeps the managed containers to
-    /// revive it through at exit, best first.
+    /// and when it is reclaimed again, and, while one is, keeps the managed
+    /// containers to revive it through at exit, best first.
     pub(super) fn watch_kswapd(
         &mut self,
         plan: &Plan,
@@ -99,7 +99,13 @@ impl Controller {
                 .get_or_create(&l)
                 .set(i64::from(hopeless.contains(&n)));
         }
-        self.revive_with = Self::revival_candidates(&fast, plan, managed, per_node);
+        // Ranked only while a node is given up: a node given up after the
+        // last cycle is revived through the root cgroup alone.
+        self.revive_with = if hopeless.is_empty() {
+            Vec::new()
+        } else {
+            Self::revival_candidates(&fast, plan, managed, per_node)
+        };
         for &n in self.unreclaimable.difference(&hopeless) {
             tracing::info!(node = n, "kswapd reclaims fast node {n} again");
         }
@@ -141,8 +147,9 @@ impl Controller {
     }
 
     /// At shutdown, after protection is put back: leaves no fast node
-    /// unreclaimable behind (`tierd_kswapd_revivals_total`), through the last cycle's managed containers and
-    /// then the root cgroup's `memory.reclaim`.
+    /// unreclaimable behind (`tierd_kswapd_revivals_total`), through the
+    /// last cycle's managed containers and then the root cgroup's
+    /// `memory.reclaim`.
     pub(super) fn revive_at_exit(&self) {
         let mut paths = self.revive_with.clone();
         paths.push(String::new());
