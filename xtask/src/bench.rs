@@ -1730,11 +1730,33 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             a.0,
             b.0
         );
+        // On failure, the course: (t, fast MiB / target MiB) per tenant.
+        let course = || {
+            let (va, vb) = (
+                by_time(&s, "tierd", "paced-a"),
+                by_time(&s, "tierd", "paced-b"),
+            );
+            let mib = |v: &Value, k: &str| f(v, k).map_or(-1, |x| (x / MIB) as i64);
+            va.iter()
+                .filter_map(|(t, x)| {
+                    let y = vb.get(t)?;
+                    Some(format!(
+                        "{t}s {}/{} {}/{}",
+                        mib(x, "fast_bytes"),
+                        mib(x, "target_bytes"),
+                        mib(y, "fast_bytes"),
+                        mib(y, "target_bytes")
+                    ))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         assert!(
             (a.1 - b.1).abs() <= 0.10 * fast_total,
-            "fast-tier bytes {} vs {}",
+            "fast-tier bytes {} vs {}; course (fast/target MiB, a then b): {}",
             a.1,
-            b.1
+            b.1,
+            course()
         );
     }
 
