@@ -17,6 +17,7 @@ use policy::{
 };
 
 mod actuate;
+mod cadence;
 mod moves;
 mod publish;
 mod revive;
@@ -103,6 +104,8 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
     cycles: u64,
+    /// Intervals that ran only the quiet check (`cadence.rs`).
+    quiet_checks: u64,
     hot: Hotness,
     /// tierd's own moves since the previous snapshot (for thrash detection).
     own_moved: HashMap<u64, Migrations>,
@@ -127,6 +130,8 @@ pub struct Controller {
     /// The last cycle's managed containers, best first for a revival write
     /// at exit (`revive.rs`).
     revive_with: Vec<String>,
+    /// Spacing of full cycles in a quiet steady state (`cadence.rs`).
+    cadence: cadence::Cadence,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -308,6 +313,7 @@ impl Controller {
             metrics,
             status,
             cycles: 0,
+            quiet_checks: 0,
             hot: Hotness::default(),
             own_moved: HashMap::new(),
             moved_total: HashMap::new(),
@@ -319,6 +325,7 @@ impl Controller {
             swappiness,
             unreclaimable: BTreeSet::new(),
             revive_with: Vec::new(),
+            cadence: cadence::Cadence::default(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -354,7 +361,7 @@ impl Controller {
         let fast = self.topo.fast_nodes();
         let managed = self.discover()?;
         let mut phase = started;
-        self.lap(&mut phase, "read");
+        self.lap(&mut phase, "discover");
         self.sample_heat(&managed);
         self.lap(&mut phase, "damon");
 
@@ -447,7 +454,19 @@ impl Controller {
             self.actuate(&managed, &plan, &fast, &mut phase);
         }
         self.watch_kswapd(&plan, &managed, &per_node);
-        self.lap(&mut phase, "read");
+        self.lap(&mut phase, "kswapd");
+        let (ids, current) = self.usage_of(&managed);
+        // A DAMON claim to retry counts cycles: not quiet until it is made.
+        let damon_pending = self.hot.damon.is_none()
+            && self.cfg.hotness.source != HotnessSource::Off
+            && !self.observe_only;
+        self.cadence.full(
+            cadence::quiet(&plan, self.cfg.daemon.promotion == PromotionMode::Tierd)
+                && !damon_pending,
+            ids,
+            current,
+            fast_free,
+        );
         self.forget_vanished(&managed);
         self.publish(&snapshot, &plan, &managed, &per_node, fast_free);
         self.lap(&mut phase, "publish");
@@ -505,6 +524,7 @@ impl Controller {
             warn_headroom_below_reserve(&merged, &self.topo);
         }
         self.cfg = merged;
+        self.cadence.force();
         restart
     }
 

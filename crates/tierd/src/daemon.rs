@@ -296,7 +296,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
         // A cycle does blocking cgroupfs I/O (memory.reclaim can take seconds),
         // so it runs off the async workers; the controller moves there and back.
         let (c, res) = tokio::task::spawn_blocking(move || {
-            let res = controller.cycle();
+            let res = controller.tick();
             (controller, res)
         })
         .await

@@ -24,25 +24,28 @@ pub struct ContainerLabels {
 /// values of [`PhaseLabels::phase`] (the profile tables of `tierscen` and
 /// `cargo xtask` follow this order).
 pub const CYCLE_PHASES: &[&str] = &[
-    "read",
+    "discover",
     "damon",
+    "read",
     "hint_faults",
     "solve",
     "protect",
     "move",
     "reclaim",
+    "kswapd",
     "publish",
 ];
 
 /// Phase of a control cycle, for [`Metrics::cycle_phase_seconds`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
-    /// `read` (free memory, cgroup discovery, memory.numa_stat and
-    /// memory.stat), `damon` (heat sampling), `hint_faults` (probe or memcg
-    /// counters), `solve`, `protect` (memory.low, cpuset.mems writes),
+    /// `discover` (free memory per node, the walk of the cgroup tree),
+    /// `damon` (heat sampling), `read` (memory.numa_stat and memory.stat),
+    /// `hint_faults` (probe or memcg counters), `solve`, `protect` (memory.low, cpuset.mems writes),
     /// `move` (tierd's own page moves), `reclaim` (memory.reclaim: the
-    /// kernel's demotion work, done in tierd's context) or `publish`
-    /// (metrics and /status).
+    /// kernel's demotion work, done in tierd's context), `kswapd` (the
+    /// fast nodes' state in /proc/zoneinfo) or `publish` (metrics and
+    /// /status).
     pub phase: &'static str,
 }
 
@@ -315,6 +318,7 @@ pub struct Metrics {
     pub tiered: Gauge,
     pub managed_containers: Gauge,
     pub loop_duration_seconds: Histogram,
+    pub quiet_checks: Counter,
     /// Wall time spent per cycle phase, summed over cycles (seconds).
     pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub loop_errors: Counter,
@@ -382,6 +386,7 @@ impl Metrics {
             tiered: reg!("tierd_host_tiered", "1 when the host has a lower memory tier and tierd actuates; 0 in observe-only mode", Gauge::default()),
             managed_containers: reg!("tierd_managed_containers", "Containers matched by a policy this cycle", Gauge::default()),
             loop_duration_seconds: reg!("tierd_loop_duration_seconds", "Duration of one control-loop cycle (sample, solve, actuate)", Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
+            quiet_checks: reg!("tierd_quiet_checks", "Intervals in a quiet steady state that ran only the check (containers, their memory.current, the fast tier's free memory) instead of the full cycle", Counter::default()),
             cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: read, damon, hint_faults, solve, protect, move, reclaim, publish", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
             info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),

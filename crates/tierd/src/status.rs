@@ -19,6 +19,11 @@ pub struct Status {
     pub pool_bytes: u64,
     pub guarantees_scaled: bool,
     pub cycles: u64,
+    /// Intervals of a quiet steady state that ran only the check, not the
+    /// full cycle (`cycles` counts the full ones); absent in older tierd's
+    /// /status.
+    #[serde(default)]
+    pub quiet_checks: u64,
     /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
     pub hotness: String,
     /// Where hint faults come from: "ebpf" or "memory_stat" (and why the
@@ -45,8 +50,8 @@ pub struct ContainerStatus {
     pub local_high_bytes: u64,
     pub target_bytes: u64,
     pub memory_low_bytes: u64,
-    /// memory.min written (a container with a guarantee, at or under its target), bytes; absent in older
-    /// tierd's /status.
+    /// memory.min written (a container with a guarantee, at or under its
+    /// target), bytes; absent in older tierd's /status.
     #[serde(default)]
     pub memory_min_bytes: u64,
     pub demote_bytes: u64,

@@ -41,6 +41,7 @@ impl Controller {
             pool_bytes: plan.pool_bytes,
             guarantees_scaled: plan.guarantees_scaled,
             cycles: self.cycles + 1,
+            quiet_checks: self.quiet_checks,
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
                 (Some(_), _) => "damon".into(),
                 (None, Some(why)) => format!("usage ({why})"),
