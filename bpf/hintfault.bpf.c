@@ -4,7 +4,7 @@
  * promotion candidates and promotion outcomes, seen on the kernel's own fast
  * path (NUMA balancing). `do_numa_page` is inlined on 6.12 and cannot be
  * attached; the functions below can (checked in the emulated host, Debian
- * 6.12): see ../../shared/DESIGN.md, "Kernel facts".
+ * 6.12): see ../docs/NOTES.md, "The eBPF hint-fault probe".
  *
  *   fexit  numa_migrate_check(folio, vmf, addr, flags, writable, last_cpupid)
  *          one call = one memcg `numa_hint_faults` event (PTE and PMD);

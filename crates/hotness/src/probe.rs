@@ -11,7 +11,7 @@
 //! map bytes.
 //!
 //! Attach points (Linux 6.12 with BTF; `do_numa_page` is inlined and cannot be
-//! attached, see DESIGN.md "Kernel facts"): fexit `numa_migrate_check`, fexit
+//! attached, see docs/NOTES.md "The eBPF hint-fault probe"): fexit `numa_migrate_check`, fexit
 //! `migrate_misplaced_folio_prepare`, fentry+fexit `migrate_misplaced_folio`.
 //! `numa_migrate_check` is required; the others are attached when the kernel
 //! has them, and [`HintFaultProbe::attached`] says which.

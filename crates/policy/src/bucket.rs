@@ -1,4 +1,4 @@
-//! Token buckets for the demotion and promotion rate limits (DESIGN.md
+//! Token buckets for the demotion and promotion rate limits (docs/DESIGN.md
 //! "Policy semantics" rule 3: per-container and global rate limits, so that a
 //! target that moves a little moves no pages, and a big move is spread over
 //! cycles instead of flooding `memory.reclaim` / `move_pages(2)`).

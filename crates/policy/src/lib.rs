@@ -2,7 +2,7 @@
 //! [`Snapshot`] (plus [`PolicyState`]) to a [`Plan`]. No I/O, no clock, no
 //! async, no randomness: the same inputs always give the same plan.
 //!
-//! The control law (DESIGN.md "Policy semantics") is documented on [`solve`].
+//! The control law (docs/DESIGN.md "Policy semantics") is documented on [`solve`].
 
 mod bucket;
 mod demand;

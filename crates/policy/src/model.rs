@@ -28,7 +28,7 @@ impl Share {
     }
 }
 
-/// A container's policy after config matching (see DESIGN.md "Policy semantics").
+/// A container's policy after config matching (see docs/DESIGN.md "Policy semantics").
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerPolicy {
     /// Lower protection: the fast-tier bytes guaranteed while demand reaches it.
@@ -157,7 +157,7 @@ pub struct PolicyParams {
     pub need_window_ms: u64,
 }
 
-/// Thrash control (DESIGN.md rule 4). Ping-pong is estimated per container
+/// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
 /// over a sliding window as `max(pingpong_bytes, min(demoted, promoted))`:
 /// bytes that went down and came back up. Above `pingpong_bytes_per_s` the
 /// container's damping level rises by one (at most once per half window, up

@@ -1,7 +1,7 @@
 //! The fair-share solver: one pure pass from a [`Snapshot`] (plus the token
 //! buckets in [`PolicyState`]) to a [`Plan`].
 //!
-//! The control law is DESIGN.md "Policy semantics", in the mould of the
+//! The control law is docs/DESIGN.md "Policy semantics", in the mould of the
 //! Vistara "Fair Share" policy (per-service `local_low` protection, `local_high`
 //! bound, weight, and opt-out) and of Equilibria (Meta's LKML RFC "memory
 //! tiering fairness by per-cgroup control of promotion and demotion", Sep
@@ -75,7 +75,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .map(|&(_, i)| &snapshot.containers[i])
         .collect();
 
-    // Rule 1 and opt-out (DESIGN.md rule 5, Vistara opt-out): pinned
+    // Rule 1 and opt-out (docs/DESIGN.md rule 5, Vistara opt-out): pinned
     // containers keep their DRAM, which leaves the shared pool.
     let pinned_fast_bytes = cs
         .iter()
@@ -90,7 +90,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // Rule 2 inputs: demand, resolved bounds, unscaled guarantee.
     let mut plans: Vec<ContainerPlan> = cs.iter().map(|c| initial_plan(c, params.demand)).collect();
 
-    // Guarantee (DESIGN.md rule 1), scaled in proportion when the guarantees
+    // Guarantee (docs/DESIGN.md rule 1), scaled in proportion when the guarantees
     // alone exceed the pool (rule 2, last sentence).
     let shared = |p: &&mut ContainerPlan| p.state != PlacementState::Pinned;
     let guarantee_sum: u128 = plans
@@ -110,7 +110,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
 
-    // Share (DESIGN.md rule 2): water-fill the rest of the pool by weight,
+    // Share (docs/DESIGN.md rule 2): water-fill the rest of the pool by weight,
     // each container up to its cap min(demand, local_high).
     let items: Vec<FillItem> = plans
         .iter()
@@ -139,7 +139,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // Work conservation beyond the hot sets: when the hot sets leave part of
     // the pool unclaimed, it is water-filled again by weight up to
     // min(usage, local_high), so cold pages stay in DRAM that nobody's hot
-    // set wants (DESIGN.md: "DRAM stays full while anyone wants it") instead
+    // set wants (docs/DESIGN.md rule 2: DRAM stays full while anyone wants it) instead
     // of being demoted into an empty fast tier. A no-op where demand = usage.
     if given < pool_bytes {
         let items: Vec<FillItem> = plans
@@ -161,7 +161,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
 
-    // Thrash control (DESIGN.md rule 4): per-container damping level from
+    // Thrash control (docs/DESIGN.md rule 4): per-container damping level from
     // the ping-pong seen over the window.
     state.clock_ms = state.clock_ms.saturating_add(snapshot.elapsed_ms);
     let now_ms = state.clock_ms;
@@ -175,7 +175,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     thrash.retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
     state.thrash = thrash;
 
-    // Hysteresis (DESIGN.md rule 3): classify, and what each would move.
+    // Hysteresis (docs/DESIGN.md rule 3): classify, and what each would move.
     let mut over: Vec<(usize, u64)> = Vec::new();
     let mut under: Vec<(usize, u64)> = Vec::new();
     for (i, (p, c)) in plans.iter_mut().zip(&cs).enumerate() {
@@ -212,7 +212,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let mut global_promote = Bucket::new(params.global_promote_bytes_per_s, params.burst_s)
         .refill(Some(state.global_promote_tokens), elapsed_ms);
 
-    // Work conservation (DESIGN.md "Placement principles"): bytes above
+    // Work conservation (docs/DESIGN.md "Work conservation"): bytes above
     // `local_high` always go; below it, the over-target containers together
     // give up only the room the fast tier needs this cycle, in proportion
     // to their excess, so DRAM never empties for nobody.
@@ -445,7 +445,7 @@ fn usage_bytes(c: &ContainerSnapshot) -> u64 {
 /// budgets, state and `memory.low` are filled in later.
 fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
     let usage = usage_bytes(c);
-    // Demand is usage, or the hot set where hotness knows it (DESIGN.md
+    // Demand is usage, or the hot set where hotness knows it (docs/DESIGN.md
     // rule 1). A hot set larger than usage is sampling noise: capped at usage
     // so the pool is never held for memory the container does not have.
     let demand_bytes = match demand {

@@ -1,4 +1,4 @@
-//! One unit test (or a few) per rule of DESIGN.md "Policy semantics", with
+//! One unit test (or a few) per rule of docs/DESIGN.md "Policy semantics", with
 //! exact numbers. Property tests live in `tests/properties.rs`.
 
 use crate::solve::{water_fill, FillItem};

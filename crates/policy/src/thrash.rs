@@ -1,4 +1,4 @@
-//! Ping-pong detection and damping (DESIGN.md "Policy semantics", rule 4).
+//! Ping-pong detection and damping (docs/DESIGN.md "Policy semantics", rule 4).
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`), inputs are the
 //! per-snapshot [`Migrations`] of a container.

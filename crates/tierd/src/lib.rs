@@ -2,7 +2,7 @@
 //! from cgroup v2, computes each container's fair share of the fast (DRAM) tier
 //! with the `policy` crate, and enforces it with `memory.reclaim` (demotion),
 //! `memory.low` (protection) and `cpuset.mems` (opt-out pinning).
-//! See DESIGN.md for the architecture and the policy semantics.
+//! See docs/DESIGN.md for the architecture and the policy semantics.
 
 pub mod actuators;
 pub mod config;
