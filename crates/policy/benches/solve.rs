@@ -1,5 +1,5 @@
 //! Solve time for 10, 1,000 and 10,000 containers with mixed policies.
-//! Goal (DESIGN.md: the solver runs every control cycle): 10,000 containers
+//! Goal (docs/DESIGN.md: the solver runs every full cycle): 10,000 containers
 //! in well under 1 ms.
 //!
 //! Run briefly with

@@ -1,4 +1,4 @@
-//! Property tests of the solver's invariants (DESIGN.md "Policy semantics"):
+//! Property tests of the solver's invariants (docs/DESIGN.md "Policy semantics"):
 //! the pool is never overcommitted, targets respect demand, `local_high` and
 //! (when satisfiable) `local_low`, the division is work-conserving and
 //! monotonic in weight, and the solve is deterministic and independent of the
