@@ -318,7 +318,7 @@ wait $TIERD
         "steady at or under target was not protected with memory.low: {steady:?}"
     );
     // memory.low is strong but not absolute (the kernel breaks protection when
-    // reclaim makes no progress otherwise; DESIGN.md saw 40-60 MiB lost by a
+    // reclaim makes no progress otherwise; an earlier measurement saw 40-60 MiB lost by a
     // protected 600 MiB tenant): at most 60% of what kernel tiering alone
     // took. Seen here (kernel-only vs tierd): 209 vs 56, 177 vs 68, 140 vs 73
     // MiB — the kernel-only baseline itself varies by 1.5x between boots.
