@@ -349,17 +349,29 @@ impl Controller {
     /// Runs one cycle. Per-container failures (vanished cgroups, EBUSY) are
     /// logged and skipped; an error here means the cycle as a whole failed.
     pub fn cycle(&mut self) -> Result<Plan> {
+        self.cycle_from(None)
+    }
+
+    /// [`Self::cycle`], from the containers a quiet check found changed
+    /// (`checked`: its discovery, with the free memory it refreshed), so
+    /// that the walk is not done twice in one interval.
+    fn cycle_from(&mut self, checked: Option<Vec<Managed>>) -> Result<Plan> {
         let started = Instant::now();
         let elapsed_ms = self
             .last_cycle
             .map(|t| t.elapsed().as_millis() as u64)
             .unwrap_or(0);
         self.last_cycle = Some(started);
-        self.topo
-            .refresh_free(&self.cfg.daemon.sysfs_root)
-            .context("cannot refresh per-node free memory")?;
+        let managed = match checked {
+            Some(m) => m,
+            None => {
+                self.topo
+                    .refresh_free(&self.cfg.daemon.sysfs_root)
+                    .context("cannot refresh per-node free memory")?;
+                self.discover()?
+            }
+        };
         let fast = self.topo.fast_nodes();
-        let managed = self.discover()?;
         let mut phase = started;
         self.lap(&mut phase, "discover");
         self.sample_heat(&managed);

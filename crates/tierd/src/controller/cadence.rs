@@ -116,7 +116,8 @@ impl Controller {
     pub fn tick(&mut self) -> Result<Option<Plan>> {
         if !self.cadence.due() {
             match self.check() {
-                Ok(false) => {
+                Ok(Some(changed)) => return self.cycle_from(Some(changed)).map(Some),
+                Ok(None) => {
                     self.quiet_checks += 1;
                     self.metrics.quiet_checks.inc();
                     if let Ok(mut s) = self.status.lock() {
@@ -124,7 +125,6 @@ impl Controller {
                     }
                     return Ok(None);
                 }
-                Ok(true) => {}
                 Err(e) => {
                     tracing::debug!(error = format!("{e:#}"), "quiet check failed; full cycle")
                 }
@@ -133,18 +133,20 @@ impl Controller {
         self.cycle().map(Some)
     }
 
-    /// The check between full cycles: true when something that would
-    /// change the plan moved (see [`Cadence::changed`]).
-    fn check(&mut self) -> Result<bool> {
+    /// The check between full cycles: the managed containers when something
+    /// that would change the plan moved (see [`Cadence::changed`]), for the
+    /// full cycle to start from; `None` when nothing did.
+    fn check(&mut self) -> Result<Option<Vec<Managed>>> {
         self.topo
             .refresh_free(&self.cfg.daemon.sysfs_root)
             .context("cannot refresh per-node free memory")?;
         let managed = self.discover()?;
         let (ids, current) = self.usage_of(&managed);
         let slack = self.cfg.policy_params().band_min_bytes;
-        Ok(self
+        let changed = self
             .cadence
-            .changed(&ids, &current, self.topo.fast_free_bytes(), slack))
+            .changed(&ids, &current, self.topo.fast_free_bytes(), slack);
+        Ok(changed.then_some(managed))
     }
 
     /// Managed ids, ascending, and the `memory.current` of each that could
