@@ -603,15 +603,36 @@ impl Mover {
     ) -> Result<MoveReport, MoveError> {
         let probe = ProcThp::new(pid, self.page_size, self.thp_size);
         let pages = Resolver::new(ranges, self.page_size, self.thp_size, probe);
-        move_with(
-            &mut RealSys,
-            pages,
-            pid,
-            from,
-            dest,
-            budget_bytes,
-            self.batch,
-        )
+        self.run(pid, pages, from, dest, budget_bytes)
+    }
+
+    /// Moves the pages `pages` of process `pid` — (address, size in bytes):
+    /// a base page, or a THP by its head address with the THP size, as the
+    /// caller knows them (e.g. from the kernel's own migration records) —
+    /// that sit on a node in `from` to `dest`, in the order given, until
+    /// `budget_bytes`. Accounting, budget and errors as
+    /// [`Self::move_ranges`], without its THP detection (no smaps read).
+    pub fn move_pages(
+        &self,
+        pid: u32,
+        pages: &[(u64, u64)],
+        from: &[u32],
+        dest: u32,
+        budget_bytes: u64,
+    ) -> Result<MoveReport, MoveError> {
+        let pages = pages.iter().map(|&(addr, size)| Page { addr, size });
+        self.run(pid, pages, from, dest, budget_bytes)
+    }
+
+    fn run(
+        &self,
+        pid: u32,
+        pages: impl Iterator<Item = Page>,
+        from: &[u32],
+        dest: u32,
+        budget: u64,
+    ) -> Result<MoveReport, MoveError> {
+        move_with(&mut RealSys, pages, pid, from, dest, budget, self.batch)
     }
 
     /// Estimates how the bytes of each range split over nodes from at most

@@ -47,6 +47,7 @@ fn host(n: usize) -> Snapshot {
                     opt_out: r % 50 == 0,
                 },
                 migrations: Default::default(),
+                recallable_bytes: 0,
             }
         })
         .collect();

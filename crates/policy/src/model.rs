@@ -70,6 +70,13 @@ pub struct ContainerSnapshot {
     /// Bytes the container's pages crossed tiers since the previous snapshot
     /// (input to thrash detection; all zero when unknown).
     pub migrations: Migrations,
+    /// Bytes of the container's pages known to be hot (the kernel promoted
+    /// them before) that the daemon last found on the lower tier, e.g.
+    /// after kswapd demoted them to make room for another container's
+    /// promotions. The daemon can promote them back at once, so an
+    /// under-target container claims room for them as one that grows does
+    /// (0 when unknown or not checked).
+    pub recallable_bytes: u64,
 }
 
 /// Tier crossings of one container since the previous snapshot, in bytes.

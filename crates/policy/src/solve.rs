@@ -253,7 +253,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 .saturating_sub(cs[i].fast_bytes)
                 .min(w)
         };
-        acc.saturating_add(claim)
+        // Known-hot pages on the lower tier are promoted back as soon as
+        // there is room: a claim whether or not the container grows.
+        acc.saturating_add(claim.max(cs[i].recallable_bytes.min(w)))
     });
     state.fast_history = history;
     let over = limit_to_need(over, &plans, &cs, need_bytes);

@@ -37,6 +37,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         hot_bytes: None,
         policy: ContainerPolicy::default(),
         migrations: Default::default(),
+        recallable_bytes: 0,
     }
 }
 
@@ -1020,6 +1021,31 @@ fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
     assert_eq!(b.guarantee_promote_bytes, (38 * MIB).min(b.promote_bytes));
     // Without a guarantee nothing is owed.
     assert_eq!(plan.get(1).unwrap().guarantee_promote_bytes, 0);
+}
+
+#[test]
+fn known_hot_bytes_on_the_lower_tier_claim_room_without_growing() {
+    // As above: a window after arrival B has not grown, so it claims
+    // nothing; once the daemon finds 30 MiB of B's known-hot pages on the
+    // lower tier (kswapd demoted them), B claims those 30 MiB and A gives
+    // them up, never more than B's deficit.
+    let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
+    solve(&s, &p, &mut st);
+    s.elapsed_ms = 11_000;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 0);
+    s.elapsed_ms = 1_000;
+    s.containers[1].recallable_bytes = 30 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 30 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 30 * MIB);
+    s.containers[1].recallable_bytes = 250 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 100 * MIB);
+    // A container at its target claims nothing for its known-hot pages.
+    s.containers[0].fast_bytes = 512 * MIB;
+    s.containers[0].slow_bytes = 188 * MIB;
+    s.containers[1].fast_bytes = 512 * MIB;
+    s.containers[1].slow_bytes = 188 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 0);
 }
 
 #[test]

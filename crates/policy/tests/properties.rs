@@ -40,6 +40,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     opt_out,
                 },
                 migrations: Default::default(),
+                recallable_bytes: 0,
             },
         )
 }
@@ -296,6 +297,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                     ..ContainerPolicy::default()
                 },
                 migrations: Default::default(),
+                recallable_bytes: 0,
             };
             s.containers.push(pair(1, split_a, hot_a));
             s.containers.push(pair(2, split_b, hot_b));

@@ -282,6 +282,13 @@ pub struct DaemonConfig {
     /// per thrash damping level).
     #[serde(deserialize_with = "de_duration")]
     pub cold_min_age: Duration,
+    /// Promote back, with `move_pages(2)`, the pages the kernel promoted
+    /// before (known hot: the eBPF probe records each promotion's address)
+    /// that are on the lower tier again while their container is under its
+    /// target, into free fast-tier memory above `headroom`; the rest of the
+    /// room waits for the kernel's next NUMA-balancing pass
+    /// ([`crate::controller`], `recall.rs`). Needs the probe.
+    pub recall: bool,
     /// Pages per `move_pages(2)` call.
     pub mover_batch: usize,
     /// How over-target containers are demoted.
@@ -318,6 +325,7 @@ impl Default for DaemonConfig {
             mover: MoverKind::MovePages,
             cold_demotion: false,
             cold_min_age: Duration::from_secs(5),
+            recall: true,
             mover_batch: 1024,
             demotion: DemotionMechanism::Auto,
             headroom: Bytes(64 << 20),

@@ -20,6 +20,7 @@ mod actuate;
 mod cadence;
 mod moves;
 mod publish;
+mod recall;
 mod revive;
 mod sample;
 
@@ -132,6 +133,8 @@ pub struct Controller {
     revive_with: Vec<String>,
     /// Spacing of full cycles in a quiet steady state (`cadence.rs`).
     cadence: cadence::Cadence,
+    /// Pages the kernel promoted, per container (`recall.rs`).
+    known_hot: recall::KnownHot,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -326,6 +329,7 @@ impl Controller {
             unreclaimable: BTreeSet::new(),
             revive_with: Vec::new(),
             cadence: cadence::Cadence::default(),
+            known_hot: recall::KnownHot::default(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -426,6 +430,7 @@ impl Controller {
                 ),
                 policy: self.cfg.container_policy(m.policy_index),
                 migrations,
+                recallable_bytes: self.known_hot.recallable(m.id),
             });
             kept.push(m);
         }
@@ -437,6 +442,8 @@ impl Controller {
         self.own_moved
             .retain(|id, _| managed.iter().any(|m| m.id == *id));
         self.demand_hold
+            .retain(|id| managed.iter().any(|m| m.id == id));
+        self.known_hot
             .retain(|id| managed.iter().any(|m| m.id == id));
         self.lap(&mut phase, "read");
         self.sample_hint_faults(&managed, elapsed_ms);
@@ -462,9 +469,8 @@ impl Controller {
             );
         }
 
-        if !self.observe_only {
-            self.actuate(&managed, &plan, &fast, &mut phase);
-        }
+        let recalling =
+            !self.observe_only && self.actuate(&managed, &snapshot, &plan, &fast, &mut phase);
         self.watch_kswapd(&plan, &managed, &per_node);
         self.lap(&mut phase, "kswapd");
         let (ids, current) = self.usage_of(&managed);
@@ -474,7 +480,8 @@ impl Controller {
             && !self.observe_only;
         self.cadence.full(
             cadence::quiet(&plan, self.cfg.daemon.promotion == PromotionMode::Tierd)
-                && !damon_pending,
+                && !damon_pending
+                && !recalling,
             ids,
             current,
             fast_free,

@@ -32,6 +32,7 @@ pub const CYCLE_PHASES: &[&str] = &[
     "protect",
     "move",
     "reclaim",
+    "recall",
     "kswapd",
     "publish",
 ];
@@ -43,7 +44,8 @@ pub struct PhaseLabels {
     /// `damon` (heat sampling), `read` (memory.numa_stat and memory.stat),
     /// `hint_faults` (probe or memcg counters), `solve`, `protect` (memory.low, cpuset.mems writes),
     /// `move` (tierd's own page moves), `reclaim` (memory.reclaim: the
-    /// kernel's demotion work, done in tierd's context), `kswapd` (the
+    /// kernel's demotion work, done in tierd's context), `recall` (the
+    /// node queries and moves of known-hot pages back), `kswapd` (the
     /// fast nodes' state in /proc/zoneinfo) or `publish` (metrics and
     /// /status).
     pub phase: &'static str,
@@ -281,6 +283,7 @@ pub struct Metrics {
     pub container_target_bytes: Family<ContainerLabels, Gauge>,
     pub container_demand_bytes: Family<ContainerLabels, Gauge>,
     pub container_guarantee_bytes: Family<ContainerLabels, Gauge>,
+    pub container_recallable_bytes: Family<ContainerLabels, Gauge>,
     pub container_local_low_bytes: Family<ContainerLabels, Gauge>,
     pub container_local_high_bytes: Family<ContainerLabels, Gauge>,
     pub container_memory_low_bytes: Family<ContainerLabels, Gauge>,
@@ -348,6 +351,7 @@ impl Metrics {
             container_local_ratio: reg!("tierd_container_local_ratio", "Share of the container's memory on the fast tier (0..1)", Family::default()),
             container_target_bytes: reg!("tierd_container_target_bytes", "Fast-tier target computed by the fair-share policy", Family::default()),
             container_demand_bytes: reg!("tierd_container_demand_bytes", "Fast-tier demand used by the policy (hot bytes, or usage where hotness is unknown)", Family::default()),
+            container_recallable_bytes: reg!("tierd_container_recallable_bytes", "Bytes of the container's known-hot pages (promoted by the kernel before) found on the lower tier at the last check (daemon.recall; 0 while the container is not under its target)", Family::default()),
             container_guarantee_bytes: reg!("tierd_container_guarantee_bytes", "Guaranteed fast-tier bytes: min(demand, local_low), scaled if guarantees exceed capacity", Family::default()),
             container_local_low_bytes: reg!("tierd_container_local_low_bytes", "Configured local_low resolved to bytes", Family::default()),
             container_local_high_bytes: reg!("tierd_container_local_high_bytes", "Configured local_high resolved to bytes", Family::default()),
@@ -426,6 +430,7 @@ impl Metrics {
         self.container_target_bytes.clear();
         self.container_demand_bytes.clear();
         self.container_guarantee_bytes.clear();
+        self.container_recallable_bytes.clear();
         self.container_local_low_bytes.clear();
         self.container_local_high_bytes.clear();
         self.container_memory_low_bytes.clear();

@@ -53,7 +53,8 @@ pub struct Moved {
 }
 
 impl Moved {
-    fn add_report(&mut self, r: &MoveReport) {
+    /// Adds one `move_pages(2)` report: its moved bytes and per-page failures.
+    pub fn add_report(&mut self, r: &MoveReport) {
         self.bytes += r.moved_bytes;
         for (k, v) in [
             ("busy", r.busy),

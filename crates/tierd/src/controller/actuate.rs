@@ -7,16 +7,19 @@ use super::*;
 use cgroupctl::lru_gen::MemcgGens;
 
 impl Controller {
-    /// Writes memory.low and cpuset.mems where they changed, then demotes.
-    /// Protection goes first so that kswapd skips at-target containers while
-    /// the reclaim below frees fast-tier memory.
+    /// Writes memory.low and cpuset.mems where they changed, demotes, then
+    /// recalls known-hot pages into the room made (`recall.rs`; returns
+    /// true while some are left to recall). Protection goes first so that
+    /// kswapd skips at-target containers while the reclaim below frees
+    /// fast-tier memory.
     pub(super) fn actuate(
         &mut self,
         managed: &[Managed],
+        snapshot: &Snapshot,
         plan: &Plan,
         fast: &NodeSet,
         phase: &mut Instant,
-    ) {
+    ) -> bool {
         // Which (knob, ancestor) pairs have a protected managed child.
         let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
         for m in managed {
@@ -103,6 +106,9 @@ impl Controller {
         // The kernel's demotion work runs in the writer's context: this phase
         // is where tierd's CPU goes when it demotes.
         self.lap(phase, "reclaim");
+        let recalling = self.recall(managed, snapshot, plan);
+        self.lap(phase, "recall");
+        recalling
     }
 }
 

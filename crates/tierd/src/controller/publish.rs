@@ -90,6 +90,10 @@ impl Controller {
                 (&mt.container_target_bytes, p.target_bytes),
                 (&mt.container_demand_bytes, p.demand_bytes),
                 (&mt.container_guarantee_bytes, p.guarantee_bytes),
+                (
+                    &mt.container_recallable_bytes,
+                    self.known_hot.recallable(m.id),
+                ),
                 (&mt.container_local_low_bytes, p.local_low_bytes),
                 (&mt.container_local_high_bytes, p.local_high_bytes),
                 (&mt.container_memory_low_bytes, written_low),

@@ -227,6 +227,11 @@ impl Controller {
         let lower = self.topo.lower_nodes();
         for m in managed {
             let Some(f) = deltas.get(&m.id) else { continue };
+            if self.cfg.daemon.recall {
+                for &(pid, addr, len) in &f.promotions {
+                    self.known_hot.add(m.id, pid, addr, len);
+                }
+            }
             // Kernel promotions of pages tierd itself demoted within the
             // thrash window: exact ping-pong, input to thrash control.
             if let Some(pm) = &self.hot.pages {

@@ -1,0 +1,279 @@
+//! Recall of known-hot pages (`daemon.recall`): pages the kernel promoted
+//! once are hot by its own test (a NUMA hint fault soon after the scan,
+//! `hot_threshold_ms`); when kswapd demotes them again to make room for
+//! another container's promotions, the kernel brings them back only at the
+//! next NUMA-balancing pass over their process, tens of seconds later
+//! (docs/NOTES.md "Kernel promotion comes in bursts, per task"). tierd
+//! remembers each container's promoted pages (the eBPF probe reports every
+//! promotion's process and address), finds those on the lower tier while
+//! the container is under its target, claims room for them
+//! (`ContainerSnapshot::recallable_bytes`) and moves them back with
+//! `move_pages(2)` into free fast-tier memory above the headroom.
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::mover::{query_nodes, MoveError, Mover, PageStatus};
+
+/// Most known-hot pages remembered per container, newest kept (64 MiB of
+/// base pages): the node query of a whole set stays a few milliseconds
+/// under emulation, and a tenant's hottest tenth fits for the demo's
+/// 700 MiB caches.
+pub(super) const KNOWN_HOT_PAGES: usize = 16384;
+
+/// One remembered page: process, page-aligned address, bytes (a base page
+/// or a THP).
+type Page = (u32, u64, u64);
+
+#[derive(Default)]
+struct Known {
+    /// Oldest first.
+    order: VecDeque<Page>,
+    set: HashSet<(u32, u64)>,
+    /// Bytes found on the lower tier at the last check.
+    recallable: u64,
+}
+
+/// Known-hot pages per container, and the mover that recalls them.
+#[derive(Default)]
+pub(super) struct KnownHot {
+    by_container: HashMap<u64, Known>,
+    mover: Mover,
+}
+
+/// A check's result for one container: its lower-tier pages by process,
+/// processes in the order of their newest page, pages newest first.
+type Recallable = Vec<(u32, Vec<(u64, u64)>)>;
+
+impl KnownHot {
+    /// Remembers a kernel promotion of container `c`'s page; a page already
+    /// known keeps its place, the oldest goes beyond [`KNOWN_HOT_PAGES`].
+    pub(super) fn add(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
+        let k = self.by_container.entry(c).or_default();
+        if !k.set.insert((pid, addr)) {
+            return;
+        }
+        k.order.push_back((pid, addr, bytes));
+        while k.order.len() > KNOWN_HOT_PAGES {
+            if let Some((p, a, _)) = k.order.pop_front() {
+                k.set.remove(&(p, a));
+            }
+        }
+    }
+
+    /// Bytes of container `c`'s known-hot pages found on the lower tier at
+    /// the last check (0 if never checked).
+    pub(super) fn recallable(&self, c: u64) -> u64 {
+        self.by_container.get(&c).map_or(0, |k| k.recallable)
+    }
+
+    /// Pages known for container `c`.
+    pub(super) fn known(&self, c: u64) -> usize {
+        self.by_container.get(&c).map_or(0, |k| k.order.len())
+    }
+
+    /// Forgets containers for which `keep` is false.
+    pub(super) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        self.by_container.retain(|&c, _| keep(c));
+    }
+
+    /// Forgets container `c`'s claim (it is no longer under its target).
+    fn settle(&mut self, c: u64) {
+        if let Some(k) = self.by_container.get_mut(&c) {
+            k.recallable = 0;
+        }
+    }
+
+    /// Queries the node of every known page of container `c`: drops pages
+    /// no longer mapped and processes that are gone, records the bytes on
+    /// a `lower` node as the container's recallable bytes, and returns those
+    /// pages.
+    fn check(&mut self, c: u64, lower: &[u32]) -> Recallable {
+        let Some(k) = self.by_container.get_mut(&c) else {
+            return Vec::new();
+        };
+        let mut by_pid: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
+        let mut slot: HashMap<u32, usize> = HashMap::new();
+        for &(pid, addr, bytes) in k.order.iter().rev() {
+            let i = *slot.entry(pid).or_insert_with(|| {
+                by_pid.push((pid, Vec::new()));
+                by_pid.len() - 1
+            });
+            by_pid[i].1.push((addr, bytes));
+        }
+        let mut gone: HashSet<(u32, u64)> = HashSet::new();
+        let mut out = Vec::new();
+        for (pid, pages) in by_pid {
+            let addrs: Vec<u64> = pages.iter().map(|p| p.0).collect();
+            match query_nodes(pid, &addrs) {
+                Ok(st) => {
+                    let mut low = Vec::new();
+                    for (&(addr, bytes), s) in pages.iter().zip(st) {
+                        match s {
+                            PageStatus::Node(n) if lower.contains(&n) => low.push((addr, bytes)),
+                            PageStatus::NotPresent | PageStatus::Fault => {
+                                gone.insert((pid, addr));
+                            }
+                            _ => {}
+                        }
+                    }
+                    if !low.is_empty() {
+                        out.push((pid, low));
+                    }
+                }
+                Err(MoveError::NoProcess { .. }) => {
+                    gone.extend(pages.iter().map(|&(a, _)| (pid, a)));
+                }
+                Err(e) => tracing::debug!(pid, error = %e, "cannot query known-hot pages"),
+            }
+        }
+        if !gone.is_empty() {
+            k.order.retain(|&(p, a, _)| !gone.contains(&(p, a)));
+            k.set.retain(|key| !gone.contains(key));
+        }
+        k.recallable = out.iter().flat_map(|(_, v)| v).map(|&(_, b)| b).sum();
+        out
+    }
+}
+
+impl Controller {
+    /// Recalls known-hot pages of containers below their target (see the
+    /// module docs), after this cycle's demotion made room: each gets at
+    /// most what it lacks of its target (÷ 2^damping level) and what free
+    /// fast-tier memory exceeds the headroom by; only containers under
+    /// target − band claim room for them (the solver). Returns true while
+    /// recall makes progress or an under-target container has known-hot
+    /// pages left on the lower tier (the cycle is not quiet).
+    pub(super) fn recall(&mut self, managed: &[Managed], snapshot: &Snapshot, plan: &Plan) -> bool {
+        if !self.cfg.daemon.recall {
+            return false;
+        }
+        let mut short: Vec<(&Managed, u64, bool)> = Vec::new();
+        for m in managed {
+            let (Some(p), Some(c)) = (
+                plan.get(m.id),
+                snapshot.containers.iter().find(|c| c.id == m.id),
+            ) else {
+                continue;
+            };
+            let lack = if p.state == PlacementState::Pinned {
+                0
+            } else {
+                p.target_bytes.saturating_sub(c.fast_bytes) >> p.damping_level.min(63)
+            };
+            if lack == 0 || self.known_hot.known(m.id) == 0 {
+                self.known_hot.settle(m.id);
+                continue;
+            }
+            short.push((m, lack, p.state == PlacementState::UnderTarget));
+        }
+        if short.is_empty() {
+            return false;
+        }
+        // Room as it is after the demotion above.
+        if let Err(e) = self.topo.refresh_free(&self.cfg.daemon.sysfs_root) {
+            tracing::debug!(error = %e, "cannot refresh free memory for recall");
+            return false;
+        }
+        let Some(dest) = self
+            .topo
+            .fast_nodes()
+            .iter()
+            .filter_map(|&n| self.topo.node(n))
+            .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
+            .map(|n| n.id)
+        else {
+            return false;
+        };
+        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
+        let mut room = self
+            .topo
+            .fast_free_bytes()
+            .saturating_sub(self.cfg.daemon.headroom.0);
+        let mut pending = false;
+        let mut results = Vec::new();
+        for (m, lack, under) in short {
+            let found = self.known_hot.check(m.id, &lower);
+            let budget = lack.min(room);
+            let mut mv = Moved::default();
+            for (pid, pages) in &found {
+                let left = budget.saturating_sub(mv.bytes);
+                if left == 0 {
+                    break;
+                }
+                match self
+                    .known_hot
+                    .mover
+                    .move_pages(*pid, pages, &lower, dest, left)
+                {
+                    Ok(r) => mv.add_report(&r),
+                    Err(e) => {
+                        tracing::debug!(container = %m.path, pid, error = %e, "recall failed")
+                    }
+                }
+            }
+            room = room.saturating_sub(mv.bytes);
+            pending |= mv.bytes > 0 || (under && self.known_hot.recallable(m.id) > mv.bytes);
+            if mv.bytes > 0 {
+                results.push((m.id, mv));
+            }
+        }
+        for (c, mv) in results {
+            self.record_move(managed, c, Direction::Promote, "recall", &mv);
+        }
+        pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_hot_pages_keep_the_newest_and_no_duplicates() {
+        let mut k = KnownHot::default();
+        for i in 0..(KNOWN_HOT_PAGES as u64 + 10) {
+            k.add(1, 7, i << 12, 4096);
+        }
+        // A page already known is not added twice.
+        k.add(1, 7, (KNOWN_HOT_PAGES as u64 + 9) << 12, 4096);
+        let c = &k.by_container[&1];
+        assert_eq!(c.order.len(), KNOWN_HOT_PAGES);
+        assert_eq!(c.set.len(), KNOWN_HOT_PAGES);
+        // The ten oldest went.
+        assert_eq!(c.order.front(), Some(&(7, 10 << 12, 4096)));
+        assert!(!c.set.contains(&(7, 9 << 12)));
+        k.add(2, 8, 0, 2 << 20);
+        k.retain(|c| c == 2);
+        assert_eq!((k.known(1), k.known(2)), (0, 1));
+    }
+
+    #[test]
+    fn a_check_finds_own_pages_by_node_and_forgets_unmapped_ones() {
+        // This process's own pages: one touched (on some node, none of them
+        // "lower" here), one address never mapped, and a process that does
+        // not exist.
+        let buf = vec![1u8; 3 * 4096];
+        let page = (buf.as_ptr() as u64 + 4095) & !4095;
+        let me = std::process::id();
+        let mut k = KnownHot::default();
+        k.add(1, me, page, 4096);
+        k.add(1, me, 4096, 4096);
+        k.add(1, u32::MAX - 1, page, 4096);
+        let node_of_page = match query_nodes(me, &[page]).unwrap()[0] {
+            PageStatus::Node(n) => n,
+            s => panic!("own page not present: {s:?}"),
+        };
+        // Not on a "lower" node: nothing to recall, unmapped and gone dropped.
+        assert!(k.check(1, &[node_of_page + 1]).is_empty());
+        assert_eq!(k.recallable(1), 0);
+        assert_eq!(k.known(1), 1);
+        // Its node counted as lower: it is recallable.
+        let found = k.check(1, &[node_of_page]);
+        assert_eq!(found, vec![(me, vec![(page, 4096)])]);
+        assert_eq!(k.recallable(1), 4096);
+        k.settle(1);
+        assert_eq!(k.recallable(1), 0);
+        drop(buf);
+    }
+}
