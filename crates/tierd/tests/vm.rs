@@ -1336,6 +1336,131 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     assert!(n1 >= 100, "cold pages were promoted too: {n:?}");
 }
 
+/// Recall (`daemon.recall`, on by default): a hot set the kernel promoted
+/// (NUMA balancing mode 2, as shipped) and that is then demoted, as kswapd
+/// does to a tenant's pages in a neighbour's promotion burst, is promoted
+/// back by tierd from the probe's records of those promotions while the
+/// container is under its target. NUMA balancing is switched off before the
+/// demotion, as it is in effect between two of the kernel's scan passes
+/// over a task (tens of seconds for the demo's tenants): only tierd's
+/// moves (`promote/recall`) can bring the pages back.
+#[test]
+fn known_hot_pages_demoted_again_are_recalled() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+# No migration before tierd's probe is attached: it learns the hot set
+# from the kernel's promotions (tierd sets mode 2 once the probe runs).
+echo 0 > /proc/sys/kernel/numa_balancing
+mkcg tenants.slice/a
+echo +cpuset > $CG/cgroup.subtree_control
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+echo 1 > $CG/tenants.slice/a/cpuset.mems
+start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
+wait_usage tenants.slice/a 185 90 || exit 1
+echo 0-1 > $CG/tenants.slice/a/cpuset.mems
+emit_node tenants.slice/a
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+reports() { grep -c '^{' /tmp/a.log; }
+# hot_at_least R N: the last report, at least the N-th, has hot_residency >= R.
+hot_at_least() {
+    [ "$(reports)" -ge "$2" ] || return 1
+    grep '^{' /tmp/a.log | tail -1 | grep -o '"hot_residency":[0-9.e-]*' |
+        awk -F: -v r="$1" '{ exit !($2 >= r) }'
+}
+# until_hot N DEADLINE_S: reports every second until hot_at_least 0.9 N.
+until_hot() {
+    local i=0
+    until hot_at_least 0.9 "$1"; do
+        i=$((i + 1)); [ $i -gt "$2" ] && { echo "DEADLINE"; return; }
+        emit_report a /tmp/a.log; sleep 1
+    done
+    emit_report a /tmp/a.log
+}
+echo "PHASE promote $(cut -d' ' -f1 /proc/uptime)"
+until_hot 0 240
+emit_status
+echo 0 > /proc/sys/kernel/numa_balancing
+echo "PHASE demote $(cut -d' ' -f1 /proc/uptime)"
+echo 400M > $CG/tenants.slice/a/memory.reclaim 2>/dev/null
+emit_node tenants.slice/a
+# Two reports later than the demotion: none stale.
+until_hot $(( $(reports) + 2 )) 120
+emit_status
+emit_node tenants.slice/a
+kill -TERM $TIERD; wait $TIERD
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let phase = |name: &str| -> f64 {
+        g.output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("PHASE {name} ")))
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no PHASE {name} line:\n{}", g.output))
+    };
+    let (promote_at, demote_at) = (phase("promote"), phase("demote"));
+    let reps = reports(&g.output, "a");
+    let hot = |r: &serde_json::Value| r["hot_residency"].as_f64().unwrap_or(0.0);
+    let first_hot = |from: f64| {
+        reps.iter()
+            .find(|(t, r)| *t >= from && hot(r) >= 0.9)
+            .map(|(t, _)| t - from)
+    };
+    // The kernel promoted the hot set (what tierd learns it from).
+    first_hot(promote_at).unwrap_or_else(|| {
+        panic!(
+            "the kernel never put 90% of the hot set on DRAM (NUMA balancing mode 2):\n{}",
+            g.output
+        )
+    });
+    let n = nodes(&g.output, "tenants.slice/a");
+    assert!(n.len() >= 3, "{n:?}\n{}", g.output);
+    assert!(
+        n[1].0 <= 24,
+        "memory.reclaim should have demoted most of the DRAM pages: {n:?}\n{}",
+        g.output
+    );
+    // Reports from two seconds after the demotion on (none stale).
+    first_hot(demote_at + 2.0).unwrap_or_else(|| {
+        panic!(
+            "the hot set did not come back within 120 s of its demotion:\n{}",
+            g.output
+        )
+    });
+    let st = statuses(&g.output);
+    let recalled = st
+        .last()
+        .and_then(|s| container(s, "tenants.slice/a"))
+        .and_then(|c| c.moved_bytes.get("promote/recall").copied())
+        .unwrap_or(0);
+    // What memory.reclaim took of the hot set came back by tierd's moves.
+    let (demoted, after) = (n[1], n[n.len() - 1]);
+    assert!(
+        after.0 >= demoted.0 + 40,
+        "DRAM {} MiB after the demotion, {} MiB at the end:\n{}",
+        demoted.0,
+        after.0,
+        g.output
+    );
+    assert!(
+        recalled >= (after.0 - demoted.0 - 8) * MIB,
+        "tierd recalled only {recalled} B of the {} MiB that came back:\n{}",
+        after.0 - demoted.0,
+        g.output
+    );
+}
+
 /// A container above its target loses its cold pages first (cold-first
 /// demotion through move_pages on DAMON's idle regions); its hot set stays
 /// in DRAM.

@@ -507,6 +507,12 @@ struct HostSample {
     /// and demotion; `kdamond*`: DAMON), user + system seconds: what kernel
     /// tiering spends where tierd spends its own CPU.
     kernel_tiering_cpu_s: f64,
+    /// System CPU time so far of the scenario's workload processes (and
+    /// their servers): where the kernel's own tiering work runs in task
+    /// context — NUMA-balancing scanning (`task_numa_work`), hint faults and
+    /// the promotions they make — together with the workloads' other kernel
+    /// time (page faults, system calls), which is the same in every mode.
+    workload_system_cpu_s: f64,
 }
 
 /// CPU seconds (utime + stime) of the `kswapd*` and `kdamond*` kernel threads.
@@ -524,19 +530,27 @@ fn kernel_tiering_cpu_s() -> f64 {
         .sum()
 }
 
-/// CPU seconds (utime + stime) and VmRSS of a process, from /proc.
-fn proc_usage(pid: u32) -> (f64, u64) {
+/// (utime, stime) of a process in seconds, from /proc/PID/stat (0 when gone).
+fn proc_times(pid: u32) -> (f64, f64) {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may contain spaces): state is 3rd.
-    let cpu = stat
-        .rsplit_once(')')
+    stat.rsplit_once(')')
         .map(|(_, rest)| {
             let f: Vec<&str> = rest.split_whitespace().collect();
             let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             // utime, stime are fields 14 and 15 of stat: 11 and 12 after ')'.
-            (tick(11) + tick(12)) as f64 / clock_ticks()
+            (
+                tick(11) as f64 / clock_ticks(),
+                tick(12) as f64 / clock_ticks(),
+            )
         })
-        .unwrap_or(0.0);
+        .unwrap_or((0.0, 0.0))
+}
+
+/// CPU seconds (utime + stime) and VmRSS of a process, from /proc.
+fn proc_usage(pid: u32) -> (f64, u64) {
+    let (user, system) = proc_times(pid);
+    let cpu = user + system;
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss = status
         .lines()
@@ -557,9 +571,10 @@ fn clock_ticks() -> f64 {
     }
 }
 
-fn host_sample(t_s: f64, fast: &[u32], tierd: Option<u32>) -> HostSample {
+fn host_sample(t_s: f64, fast: &[u32], tierd: Option<u32>, workloads: &[u32]) -> HostSample {
     let mut h = HostSample {
         t_s,
+        workload_system_cpu_s: workloads.iter().map(|&p| proc_times(p).1).sum(),
         ..Default::default()
     };
     if let Some(pid) = tierd {
@@ -701,7 +716,7 @@ fn run_mode(
         h.mode = mode.label().into();
         h
     };
-    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid))];
+    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[]))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
@@ -719,7 +734,11 @@ fn run_mode(
             } else {
                 BTreeMap::new()
             };
-            let h = tag(host_sample(t, &fast, tierd_pid));
+            let pids: Vec<u32> = running
+                .iter()
+                .flat_map(|r| std::iter::once(r.child.id()).chain(r.server.as_ref().map(Child::id)))
+                .collect();
+            let h = tag(host_sample(t, &fast, tierd_pid, &pids));
             let prev = host.last().unwrap().clone();
             let mut line = format!(
                 "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",

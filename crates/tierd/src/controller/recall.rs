@@ -32,6 +32,10 @@ struct Known {
     set: HashSet<(u32, u64)>,
     /// Bytes found on the lower tier at the last check.
     recallable: u64,
+    /// The container's demotion count (memory.stat `pgdemote_*`) at the
+    /// last check: pages reach the lower tier only by demotion, so while it
+    /// stays the same a check with nothing to recall need not be repeated.
+    checked_at: Option<u64>,
 }
 
 /// Known-hot pages per container, and the mover that recalls them.
@@ -81,17 +85,27 @@ impl KnownHot {
     fn settle(&mut self, c: u64) {
         if let Some(k) = self.by_container.get_mut(&c) {
             k.recallable = 0;
+            k.checked_at = None;
         }
+    }
+
+    /// Whether container `c` needs no check: the last one found nothing to
+    /// recall and its demotion count `demoted` (pages) has not moved since.
+    fn unchanged(&self, c: u64, demoted: Option<u64>) -> bool {
+        self.by_container
+            .get(&c)
+            .is_some_and(|k| k.recallable == 0 && demoted.is_some() && k.checked_at == demoted)
     }
 
     /// Queries the node of every known page of container `c`: drops pages
     /// no longer mapped and processes that are gone, records the bytes on
-    /// a `lower` node as the container's recallable bytes, and returns those
-    /// pages.
-    fn check(&mut self, c: u64, lower: &[u32]) -> Recallable {
+    /// a `lower` node as the container's recallable bytes (and `demoted`,
+    /// its demotion count now), and returns those pages.
+    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>) -> Recallable {
         let Some(k) = self.by_container.get_mut(&c) else {
             return Vec::new();
         };
+        k.checked_at = demoted;
         let mut by_pid: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
         let mut slot: HashMap<u32, usize> = HashMap::new();
         for &(pid, addr, bytes) in k.order.iter().rev() {
@@ -193,7 +207,14 @@ impl Controller {
         let mut pending = false;
         let mut results = Vec::new();
         for (m, lack, under) in short {
-            let found = self.known_hot.check(m.id, &lower);
+            let demoted = self
+                .counters
+                .get(&m.id)
+                .map(|c| c.demote_kswapd + c.demote_direct + c.demote_khugepaged);
+            if self.known_hot.unchanged(m.id, demoted) {
+                continue;
+            }
+            let found = self.known_hot.check(m.id, &lower, demoted);
             let budget = lack.min(room);
             let mut mv = Moved::default();
             for (pid, pages) in &found {
@@ -265,13 +286,18 @@ mod tests {
             s => panic!("own page not present: {s:?}"),
         };
         // Not on a "lower" node: nothing to recall, unmapped and gone dropped.
-        assert!(k.check(1, &[node_of_page + 1]).is_empty());
+        assert!(k.check(1, &[node_of_page + 1], Some(5)).is_empty());
         assert_eq!(k.recallable(1), 0);
         assert_eq!(k.known(1), 1);
+        // Nothing was found and nothing demoted since: no need to look again.
+        assert!(k.unchanged(1, Some(5)));
+        assert!(!k.unchanged(1, Some(6)) && !k.unchanged(1, None));
         // Its node counted as lower: it is recallable.
-        let found = k.check(1, &[node_of_page]);
+        let found = k.check(1, &[node_of_page], Some(6));
         assert_eq!(found, vec![(me, vec![(page, 4096)])]);
         assert_eq!(k.recallable(1), 4096);
+        // Pages left to recall are looked at again whatever the count.
+        assert!(!k.unchanged(1, Some(6)));
         k.settle(1);
         assert_eq!(k.recallable(1), 0);
         drop(buf);
