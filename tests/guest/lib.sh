@@ -85,3 +85,19 @@ wait_cycles() {
         sleep 0.2
     done
 }
+
+# hot_set_on_node1: NUMA balancing off, then tenants.slice/a runs `tierload
+# hotset` (192 MiB, 48 MiB hot, a JSON report a second in /tmp/a.log) with
+# every page allocated on node 1 (cpuset.mems = 1 until it has them, then
+# 0-1); prints its NODES line.
+hot_set_on_node1() {
+    echo 0 > /proc/sys/kernel/numa_balancing
+    mkcg tenants.slice/a
+    echo +cpuset > $CG/cgroup.subtree_control
+    echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+    echo 1 > $CG/tenants.slice/a/cpuset.mems
+    start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
+    wait_usage tenants.slice/a 185 90 || exit 1
+    echo 0-1 > $CG/tenants.slice/a/cpuset.mems
+    emit_node tenants.slice/a
+}

@@ -1247,15 +1247,7 @@ fn damos_mover_promotes_hot_set_within_budget() {
 fn promotes_hot_set_within_budget(mover: &str) {
     let script = r#"
 . /tests/lib.sh
-echo 0 > /proc/sys/kernel/numa_balancing
-mkcg tenants.slice/a
-echo +cpuset > $CG/cgroup.subtree_control
-echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
-echo 1 > $CG/tenants.slice/a/cpuset.mems
-start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
-wait_usage tenants.slice/a 185 90 || exit 1
-echo 0-1 > $CG/tenants.slice/a/cpuset.mems
-emit_node tenants.slice/a
+hot_set_on_node1
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
@@ -1351,15 +1343,7 @@ fn known_hot_pages_demoted_again_are_recalled() {
 . /tests/lib.sh
 # No migration before tierd's probe is attached: it learns the hot set
 # from the kernel's promotions (tierd sets mode 2 once the probe runs).
-echo 0 > /proc/sys/kernel/numa_balancing
-mkcg tenants.slice/a
-echo +cpuset > $CG/cgroup.subtree_control
-echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
-echo 1 > $CG/tenants.slice/a/cpuset.mems
-start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
-wait_usage tenants.slice/a 185 90 || exit 1
-echo 0-1 > $CG/tenants.slice/a/cpuset.mems
-emit_node tenants.slice/a
+hot_set_on_node1
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
