@@ -57,6 +57,16 @@ pub struct HintFaults {
 }
 
 impl HintFaults {
+    /// Moves the promotion records waiting in the probe's ring buffer to
+    /// the queue the next [`Self::sample`] reads (nothing without the
+    /// probe): called between full cycles so the ring buffer cannot
+    /// overflow while they are spaced out.
+    pub fn collect_promotions(&self) {
+        if let Some(p) = &self.probe {
+            p.collect_promotions();
+        }
+    }
+
     /// Starts `source`. `Auto` tries the probe and falls back to
     /// memory.stat with one warning saying why; `Ebpf` returns the probe's
     /// load error (the caller names its config key); `MemoryStat` never loads

@@ -461,6 +461,13 @@ impl HintFaultProbe {
             .collect()
     }
 
+    /// Moves the records waiting in the ring buffer to the pending queue
+    /// ([`MAX_PENDING_EVENTS`] at most) that [`Self::drain_promotions`]
+    /// returns.
+    pub fn collect_promotions(&self) {
+        let _ = self.ring.consume();
+    }
+
     /// Takes the successful migrations recorded since the last call, and how
     /// many were lost (ring buffer full, or too many pending).
     pub fn drain_promotions(&self) -> (Vec<PromotionEvent>, u64) {
