@@ -162,18 +162,20 @@ impl Controller {
         if !self.cfg.daemon.recall {
             return false;
         }
+        let fast_bytes: HashMap<u64, u64> = snapshot
+            .containers
+            .iter()
+            .map(|c| (c.id, c.fast_bytes))
+            .collect();
         let mut short: Vec<(&Managed, u64, bool)> = Vec::new();
         for m in managed {
-            let (Some(p), Some(c)) = (
-                plan.get(m.id),
-                snapshot.containers.iter().find(|c| c.id == m.id),
-            ) else {
+            let (Some(p), Some(&fast)) = (plan.get(m.id), fast_bytes.get(&m.id)) else {
                 continue;
             };
             let lack = if p.state == PlacementState::Pinned {
                 0
             } else {
-                p.target_bytes.saturating_sub(c.fast_bytes) >> p.damping_level.min(63)
+                p.target_bytes.saturating_sub(fast) >> p.damping_level.min(63)
             };
             if lack == 0 || self.known_hot.known(m.id) == 0 {
                 self.known_hot.settle(m.id);
@@ -211,7 +213,9 @@ impl Controller {
                 .counters
                 .get(&m.id)
                 .map(|c| c.demote_kswapd + c.demote_direct + c.demote_khugepaged);
-            if self.known_hot.unchanged(m.id, demoted) {
+            // Within its band a container claims nothing: without free room
+            // a query would find pages it can neither move nor claim room for.
+            if self.known_hot.unchanged(m.id, demoted) || (!under && room == 0) {
                 continue;
             }
             let found = self.known_hot.check(m.id, &lower, demoted);
