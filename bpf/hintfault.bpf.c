@@ -67,6 +67,18 @@ struct {
 	__uint(max_entries, 1024 * 1024);
 } promotions SEC(".maps");
 
+/* Promotion candidates the kernel refused (migrate_misplaced_folio_prepare
+ * failed: mostly no free memory above the fast node's watermark), same
+ * record layout: pages hot by the kernel's own test that stay on the lower
+ * tier until its next scan pass, for tierd's recall. A sample: one pass over
+ * a full fast tier refuses tens of thousands, and what the buffer has no
+ * room for is lost uncounted. 512 KiB: ~13k records (52 MiB of base
+ * pages), more than tierd remembers per container. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 512 * 1024);
+} refusals SEC(".maps");
+
 /* Never written: puts struct hf_promotion into the object's BTF, so the
  * skeleton generates its Rust type (ring buffer records have no map type). */
 struct hf_promotion hf_promotion_layout;
@@ -162,13 +174,34 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 SEC("fexit/migrate_misplaced_folio_prepare")
 int BPF_PROG(hf_prepare, struct folio *folio, struct vm_area_struct *vma, int node, int ret)
 {
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 memcg, *a;
 	struct hf_counts *c;
 
 	if (ret == 0)
 		return 0;
-	c = slot(folio_memcg_id(folio), folio_nid(folio), (__u32)node);
+	memcg = folio_memcg_id(folio);
+	c = slot(memcg, folio_nid(folio), (__u32)node);
 	if (c)
 		c->prepare_failed++;
+	/* The address numa_migrate_check saw: no migration follows to take it. */
+	a = bpf_map_lookup_elem(&fault_addr, &id);
+	if (!a)
+		return 0;
+	if (*a) {
+		struct hf_promotion *e = bpf_ringbuf_reserve(&refusals, sizeof(*e), 0);
+
+		if (e) {
+			e->memcg_id = memcg;
+			e->addr = *a;
+			e->tgid = id >> 32;
+			e->nr_pages = folio_pages(folio);
+			e->src_nid = folio_nid(folio);
+			e->dst_nid = (__u32)node;
+			bpf_ringbuf_submit(e, 0);
+		}
+	}
+	bpf_map_delete_elem(&fault_addr, &id);
 	return 0;
 }
 

@@ -52,7 +52,10 @@ struct hf_hist {
 
 /* One successful NUMA-balancing migration, sent through the `promotions`
  * ring buffer so that tierd can match it, by (process, virtual address),
- * against the pages it demoted itself (exact ping-pong). */
+ * against the pages it demoted itself (exact ping-pong) and recall it when
+ * it is demoted again; the `refusals` ring buffer carries the same record
+ * for a candidate the kernel refused before migration (dst_nid = the node
+ * it wanted). */
 struct hf_promotion {
 	__u64 memcg_id;
 	/* Faulting process (tgid) and the faulting virtual address (from

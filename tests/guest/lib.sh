@@ -40,6 +40,16 @@ wait_usage() {
     done
 }
 
+# start_tierd_tenants: runs tierd with a 1 s interval and one policy for
+# tenants.slice/* (log in /tmp/tierd.log), sets TIERD to its pid and waits
+# for /status.
+start_tierd_tenants() {
+    printf '[daemon]\ninterval = "1s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+    tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+    TIERD=$!
+    wait_http 30
+}
+
 # wait_http TIMEOUT_S: waits until tierd serves /status.
 wait_http() {
     local i=0

@@ -28,6 +28,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::{write_once, Error, Result};
 
@@ -163,6 +164,10 @@ pub struct Eviction {
     pub evictable_pages: u64,
     /// Agings run first to make pages evictable.
     pub agings: u32,
+    /// Wall time of those agings (the page-table walks and the re-reads of
+    /// the file after each): the part of a demotion that does not scale
+    /// with the pages asked but with the memcg's whole mapped footprint.
+    pub aging: Duration,
 }
 
 /// The lru_gen file of a debugfs mount.
@@ -264,9 +269,11 @@ impl LruGen {
             let Some(max) = m.max_seq(node) else {
                 return Ok(out);
             };
+            let start = Instant::now();
             self.command(&format!("+ {} {node} {max} 1 1", m.id))?;
             out.agings += 1;
             m = self.memcg(&m.path)?;
+            out.aging += start.elapsed();
         }
         out.evictable_pages = m.evictable_pages(node);
         let Some(max) = m.max_seq(node) else {

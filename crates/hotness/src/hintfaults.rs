@@ -43,6 +43,10 @@ pub struct ContainerFaults {
     /// Probe only: each successful migration as (pid, page-aligned virtual
     /// address, bytes), for exact ping-pong matching.
     pub promotions: Vec<(u32, u64, u64)>,
+    /// Probe only: promotion candidates the kernel refused before
+    /// migration (a sample), same shape: hot by the kernel's test, left on
+    /// their node.
+    pub refused: Vec<(u32, u64, u64)>,
 }
 
 /// Base page size for the probe's page counts.
@@ -171,17 +175,25 @@ impl HintFaults {
         if dropped > 0 {
             tracing::debug!(dropped, "promotion events lost (ring buffer full)");
         }
-        for e in events {
+        let refusals = probe.drain_refusals();
+        for (e, refused) in events
+            .iter()
+            .map(|e| (e, false))
+            .chain(refusals.iter().map(|e| (e, true)))
+        {
             let Some(container) = owner.get(&e.memcg_id) else {
                 continue;
             };
             let bytes = u64::from(e.nr_pages) * PAGE_BYTES;
             // A THP's fault address is anywhere in it: align to the folio.
             let addr = e.addr & !(bytes.next_power_of_two() - 1);
-            out.entry(*container)
-                .or_default()
-                .promotions
-                .push((e.pid, addr, bytes));
+            let f = out.entry(*container).or_default();
+            let to = if refused {
+                &mut f.refused
+            } else {
+                &mut f.promotions
+            };
+            to.push((e.pid, addr, bytes));
         }
         let pruned = probe.prune(&now, keep);
         if pruned > 0 {

@@ -320,9 +320,15 @@ pub fn decode_promotion(b: &[u8]) -> Result<PromotionEvent, ProbeError> {
 /// it they are counted as dropped.
 const MAX_PENDING_EVENTS: usize = 1 << 20;
 
+/// Most refused candidates kept between two drains (2 MiB): they are a
+/// sample (the kernel side loses what its buffer has no room for), so
+/// more are dropped uncounted.
+const MAX_PENDING_REFUSALS: usize = 1 << 16;
+
 #[derive(Default)]
 struct Pending {
     events: Vec<PromotionEvent>,
+    refusals: Vec<PromotionEvent>,
     dropped: u64,
     /// The kernel-side drop counter at the last drain.
     kernel_drops_seen: u64,
@@ -330,8 +336,8 @@ struct Pending {
 
 /// The loaded and attached probe. Dropping it detaches every program.
 pub struct HintFaultProbe {
-    // Declared before `skel`: the ring buffer maps the `promotions` map and
-    // must be dropped first.
+    // Declared before `skel`: the ring buffer maps the `promotions` and
+    // `refusals` maps and must be dropped first.
     ring: libbpf_rs::RingBuffer<'static>,
     pending: std::sync::Arc<std::sync::Mutex<Pending>>,
     skel: skel::HintfaultSkel<'static>,
@@ -413,6 +419,17 @@ impl HintFaultProbe {
             0
         })
         .map_err(|e| libbpf_err("ring buffer", e))?;
+        let sink = pending.clone();
+        rb.add(&skel.maps.refusals, move |data: &[u8]| {
+            let mut p = sink.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(e) = decode_promotion(data) {
+                if p.refusals.len() < MAX_PENDING_REFUSALS {
+                    p.refusals.push(e);
+                }
+            }
+            0
+        })
+        .map_err(|e| libbpf_err("ring buffer", e))?;
         let ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
         Ok(HintFaultProbe {
             ring,
@@ -461,9 +478,9 @@ impl HintFaultProbe {
             .collect()
     }
 
-    /// Moves the records waiting in the ring buffer to the pending queue
+    /// Moves the records waiting in the ring buffers to the pending queues
     /// ([`MAX_PENDING_EVENTS`] at most) that [`Self::drain_promotions`]
-    /// returns.
+    /// and [`Self::drain_refusals`] return.
     pub fn collect_promotions(&self) {
         let _ = self.ring.consume();
     }
@@ -491,6 +508,16 @@ impl HintFaultProbe {
             std::mem::take(&mut p.dropped) + kernel_drops.saturating_sub(p.kernel_drops_seen);
         p.kernel_drops_seen = p.kernel_drops_seen.max(kernel_drops);
         (std::mem::take(&mut p.events), dropped)
+    }
+
+    /// Takes the promotion candidates the kernel refused since the last
+    /// call (`migrate_misplaced_folio_prepare` failed: the fast node had no
+    /// free memory above its watermark, or isolation failed), a sample.
+    /// Call after [`Self::drain_promotions`], which empties the ring
+    /// buffers.
+    pub fn drain_refusals(&self) -> Vec<PromotionEvent> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut p.refusals)
     }
 
     /// Reads every map. Entries deleted concurrently are skipped.

@@ -515,6 +515,31 @@ impl Controller {
         *since = now;
     }
 
+    /// [`Self::lap`] for a phase that had `part` of its time in another
+    /// phase, `part_phase`, interleaved with it (agings within demotion).
+    fn lap_split(
+        &self,
+        since: &mut Instant,
+        phase: &'static str,
+        part_phase: &'static str,
+        part: Duration,
+    ) {
+        debug_assert!(
+            CYCLE_PHASES.contains(&part_phase),
+            "{part_phase} not in CYCLE_PHASES"
+        );
+        let now = Instant::now();
+        let whole = now.duration_since(*since);
+        let part = part.min(whole);
+        for (p, d) in [(part_phase, part), (phase, whole - part)] {
+            self.metrics
+                .cycle_phase_seconds
+                .get_or_create(&PhaseLabels { phase: p })
+                .inc_by(d.as_secs_f64());
+        }
+        *since = now;
+    }
+
     fn count_error(&self, container: &str, what: &str, e: &cgroupctl::Error) {
         let errno = match e {
             cgroupctl::Error::Io { source, .. } => source

@@ -31,6 +31,7 @@ pub const CYCLE_PHASES: &[&str] = &[
     "solve",
     "protect",
     "move",
+    "age",
     "reclaim",
     "recall",
     "kswapd",
@@ -43,8 +44,10 @@ pub struct PhaseLabels {
     /// `discover` (free memory per node, the walk of the cgroup tree),
     /// `damon` (heat sampling), `read` (memory.numa_stat and memory.stat),
     /// `hint_faults` (probe or memcg counters), `solve`, `protect` (memory.low, cpuset.mems writes),
-    /// `move` (tierd's own page moves), `reclaim` (memory.reclaim: the
-    /// kernel's demotion work, done in tierd's context), `recall` (the
+    /// `move` (tierd's own page moves), `age` (MGLRU agings before a
+    /// demotion through lru_gen: page-table walks of the memcg), `reclaim`
+    /// (memory.reclaim or lru_gen eviction: the kernel's demotion work, done
+    /// in tierd's context), `recall` (the
     /// node queries and moves of known-hot pages back), `kswapd` (the
     /// fast nodes' state in /proc/zoneinfo) or `publish` (metrics and
     /// /status).
@@ -322,6 +325,7 @@ pub struct Metrics {
     pub managed_containers: Gauge,
     pub loop_duration_seconds: Histogram,
     pub quiet_checks: Counter,
+    pub lru_gen_agings: Counter,
     /// Wall time spent per cycle phase, summed over cycles (seconds).
     pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub loop_errors: Counter,
@@ -391,7 +395,8 @@ impl Metrics {
             managed_containers: reg!("tierd_managed_containers", "Containers matched by a policy this cycle", Gauge::default()),
             loop_duration_seconds: reg!("tierd_loop_duration_seconds", "Duration of one control-loop cycle (sample, solve, actuate)", Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
             quiet_checks: reg!("tierd_quiet_checks", "Intervals in a quiet steady state that ran only the check (containers, their memory.current, the fast tier's free memory) instead of the full cycle", Counter::default()),
-            cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: read, damon, hint_faults, solve, protect, move, reclaim, publish", Family::default()),
+            lru_gen_agings: reg!("tierd_lru_gen_agings", "MGLRU agings (forced page-table walks of a memcg on one node, lru_gen's `+` command) run to make pages evictable before a demotion; their time is the `age` cycle phase", Counter::default()),
+            cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: discover, damon, read, hint_faults, solve, protect, move, age, reclaim, recall, kswapd, publish", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
             info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),
             registry: r,

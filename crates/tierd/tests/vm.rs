@@ -1344,15 +1344,7 @@ fn known_hot_pages_demoted_again_are_recalled() {
 # No migration before tierd's probe is attached: it learns the hot set
 # from the kernel's promotions (tierd sets mode 2 once the probe runs).
 hot_set_on_node1
-cat > /tmp/t.toml <<'EOF'
-[daemon]
-interval = "1s"
-[[policy]]
-match = "tenants.slice/*"
-EOF
-tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
-TIERD=$!
-wait_http 30 || exit 1
+start_tierd_tenants || exit 1
 reports() { grep -c '^{' /tmp/a.log; }
 # hot_at_least R N: the last report, at least the N-th, has hot_residency >= R.
 hot_at_least() {
@@ -1441,6 +1433,79 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         recalled >= (after.0 - demoted.0 - 8) * MIB,
         "tierd recalled only {recalled} B of the {} MiB that came back:\n{}",
         after.0 - demoted.0,
+        g.output
+    );
+}
+
+/// Promotion candidates the kernel refuses for want of room are hot by its
+/// own test too: with DRAM held by hugetlb pages (nothing kswapd can
+/// demote) every candidate of a hot set on CXL is refused, the kernel
+/// promotes nothing, and once the room is back (NUMA balancing off, so only
+/// tierd can move them) tierd's recall moves the refused pages to DRAM.
+#[test]
+fn refused_promotion_candidates_are_recalled() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+hot_set_on_node1
+N0=/sys/devices/system/node/node0
+HP=$N0/hugepages/hugepages-2048kB/nr_hugepages
+free_mib() { awk '/MemFree/ { print int($4 / 1024) }' $N0/meminfo; }
+# The highest high watermark of node 0's zones: a promotion needs free
+# memory above it (migrate_balanced_pgdat), so the fill leaves 12 MiB less.
+HIGH=$(awk '/^Node/ { n = $2 } n == "0," && $1 == "high" && $2 > h { h = $2 } END { print int(h * 4 / 1024) }' /proc/zoneinfo)
+echo $(( ($(free_mib) - HIGH + 12) / 2 )) > $HP
+echo "FILL hugepages=$(cat $HP) free=$(free_mib) high=$HIGH"
+[ "$(free_mib)" -lt "$HIGH" ] || { echo "FAIL: node 0 has $(free_mib) MiB free, not under its high watermark ($HIGH MiB)"; exit 1; }
+start_tierd_tenants || exit 1
+# tierd sets NUMA balancing mode 2 once its probe runs: wait for the
+# kernel to refuse one hot set's worth of candidates (48 MiB, 12288 pages).
+refused() { tierctl metrics | awk '/^tierd_container_numa_promotions_total/ && /tenants.slice\/a"/ && /outcome="dropped"/ { s += $2 } END { print s + 0 }'; }
+i=0
+until [ "$(refused)" -ge 12288 ]; do
+    i=$((i + 1)); [ $i -gt 120 ] && { echo "FAIL: the kernel refused only $(refused) candidates in 120 s"; exit 1; }
+    sleep 1
+done
+echo "REFUSED $(refused)"
+emit_node tenants.slice/a
+echo 0 > /proc/sys/kernel/numa_balancing
+echo 0 > $HP
+echo "RELEASED free=$(free_mib)"
+i=0
+until [ "$(node_mib tenants.slice/a 0)" -ge 44 ]; do
+    i=$((i + 1)); [ $i -gt 60 ] && break
+    sleep 1
+done
+emit_node tenants.slice/a
+emit_status
+kill -TERM $TIERD; wait $TIERD
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let n = nodes(&g.output, "tenants.slice/a");
+    assert!(n.len() >= 3, "{n:?}\n{}", g.output);
+    let (before, after) = (n[1], n[n.len() - 1]);
+    // kswapd, woken by the refusals, can free a few MiB (tierd's and the
+    // shells' pages) for the kernel to promote into; most must be refused.
+    assert!(
+        before.0 <= 24,
+        "the kernel promoted {} MiB of 48 with node 0 under its high watermark (the fill failed):\n{}",
+        before.0,
+        g.output
+    );
+    let recalled = statuses(&g.output)
+        .last()
+        .and_then(|s| container(s, "tenants.slice/a"))
+        .and_then(|c| c.moved_bytes.get("promote/recall").copied())
+        .unwrap_or(0);
+    // What the kernel did not promote came by recall: refused pages.
+    let want = 44 - before.0 - 4;
+    assert!(
+        after.0 >= 44 && recalled >= want * MIB,
+        "after the room came back: {} MiB on DRAM (≥ 44 wanted), {recalled} B recalled (≥ {want} MiB):\n{}",
+        after.0,
         g.output
     );
 }

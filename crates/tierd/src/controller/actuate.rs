@@ -68,6 +68,7 @@ impl Controller {
         self.lap(phase, "move");
         // lru_gen lists every memcg: read once per cycle, on first use.
         let mut gens = None;
+        let mut agings = Agings::default();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             let demote = p
@@ -79,7 +80,7 @@ impl Controller {
             let labels = ContainerLabels {
                 cgroup: m.path.clone(),
             };
-            match self.demote(m, demote, &mut gens) {
+            match self.demote(m, demote, &mut gens, &mut agings) {
                 Ok(outcome) => {
                     self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
                     self.metrics
@@ -103,13 +104,21 @@ impl Controller {
                 }
             }
         }
-        // The kernel's demotion work runs in the writer's context: this phase
-        // is where tierd's CPU goes when it demotes.
-        self.lap(phase, "reclaim");
+        // The kernel's demotion work runs in the writer's context: these
+        // phases are where tierd's CPU goes when it demotes.
+        self.metrics.lru_gen_agings.inc_by(agings.count);
+        self.lap_split(phase, "reclaim", "age", agings.time);
         let recalling = self.recall(managed, snapshot, plan);
         self.lap(phase, "recall");
         recalling
     }
+}
+
+/// The MGLRU agings one cycle's demotions ran (count, wall time).
+#[derive(Debug, Default)]
+pub(super) struct Agings {
+    pub count: u64,
+    pub time: Duration,
 }
 
 impl Controller {
@@ -121,14 +130,15 @@ impl Controller {
     /// fewer were evictable even after aging. Else one `memory.reclaim`
     /// write (every node, LRU order; under MGLRU it can take several times
     /// the bytes asked: docs/NOTES.md "memory.reclaim overshoots under
-    /// MGLRU").
+    /// MGLRU"). The agings run are added to `agings`.
     pub(super) fn demote(
         &mut self,
         m: &Managed,
         bytes: u64,
         gens: &mut Option<Vec<MemcgGens>>,
+        agings: &mut Agings,
     ) -> cgroupctl::Result<ReclaimOutcome> {
-        match self.demote_lru_gen(m, bytes, gens) {
+        match self.demote_lru_gen(m, bytes, gens, agings) {
             Some(Err(e))
                 if matches!(
                     e.raw_os_error(),
@@ -154,6 +164,7 @@ impl Controller {
         m: &Managed,
         bytes: u64,
         gens: &mut Option<Vec<MemcgGens>>,
+        agings: &mut Agings,
     ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
         let lg = self.lru_gen.as_ref()?;
         // Evicting one container's memcgs leaves the others' generations
@@ -195,7 +206,11 @@ impl Controller {
         for (g, node, pages) in parts {
             let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
             match lg.demote(g, node, share, self.swappiness) {
-                Ok(ev) => short |= ev.evictable_pages < ev.asked_pages,
+                Ok(ev) => {
+                    short |= ev.evictable_pages < ev.asked_pages;
+                    agings.count += u64::from(ev.agings);
+                    agings.time += ev.aging;
+                }
                 Err(cgroupctl::Error::Vanished(_)) => {}
                 Err(e) => return Some(Err(e)),
             }

@@ -3,9 +3,11 @@
 //! `hot_threshold_ms`); when kswapd demotes them again to make room for
 //! another container's promotions, the kernel brings them back only at the
 //! next NUMA-balancing pass over their process, tens of seconds later
-//! (docs/NOTES.md "Kernel promotion comes in bursts, per task"). tierd
-//! remembers each container's promoted pages (the eBPF probe reports every
-//! promotion's process and address), finds those on the lower tier while
+//! (docs/NOTES.md "Kernel promotion comes in bursts, per task"). Candidates
+//! the kernel refused for want of room stay there until that pass too.
+//! tierd remembers each container's promoted and refused pages (the eBPF
+//! probe reports every promotion's and a sample of the refusals' process
+//! and address), finds those on the lower tier while
 //! the container is under its target, claims room for them
 //! (`ContainerSnapshot::recallable_bytes`) and moves them back with
 //! `move_pages(2)` into free fast-tier memory above the headroom.

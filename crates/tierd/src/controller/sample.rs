@@ -228,7 +228,9 @@ impl Controller {
         for m in managed {
             let Some(f) = deltas.get(&m.id) else { continue };
             if self.cfg.daemon.recall {
-                for &(pid, addr, len) in &f.promotions {
+                // Promoted or refused for want of room: hot by the
+                // kernel's own test either way.
+                for &(pid, addr, len) in f.promotions.iter().chain(&f.refused) {
                     self.known_hot.add(m.id, pid, addr, len);
                 }
             }
