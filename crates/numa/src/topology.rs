@@ -516,6 +516,17 @@ impl Topology {
             .collect()
     }
 
+    /// The node of `nodes` with the most free memory at the last read
+    /// (`MemFree`; the lowest id on a tie): where a batch of moves goes.
+    /// `None` when none of them is known.
+    pub fn most_free(&self, nodes: &NodeSet) -> Option<u32> {
+        nodes
+            .iter()
+            .filter_map(|&n| self.node(n))
+            .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
+            .map(|n| n.id)
+    }
+
     /// At least two tiers have memory: there is somewhere to demote to.
     pub fn is_tiered(&self) -> bool {
         self.tiers_with_memory().nth(1).is_some()
@@ -802,6 +813,10 @@ mod tests {
         assert!(!t.is_tiered());
         assert_eq!(t.fast_nodes(), ns(&[0, 1]));
         assert_eq!(t.fast_capacity_bytes(), 2048 * 1024);
+        // Node 1 has more free memory; an unknown node is skipped.
+        assert_eq!(t.most_free(&ns(&[0, 1, 7])), Some(1));
+        assert_eq!(t.most_free(&ns(&[0])), Some(0));
+        assert_eq!(t.most_free(&ns(&[7])), None);
     }
 
     #[test]

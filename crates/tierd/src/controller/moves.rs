@@ -60,16 +60,9 @@ impl Controller {
         if !promote && !cold && !owed {
             return done_down;
         }
-        let most_free = |nodes: &NodeSet| {
-            nodes
-                .iter()
-                .filter_map(|&n| self.topo.node(n))
-                .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
-                .map(|n| n.id)
-        };
         let (Some(fast_dest), Some(lower_dest)) = (
-            most_free(&self.topo.fast_nodes()),
-            most_free(&self.topo.lower_nodes()),
+            self.topo.most_free(&self.topo.fast_nodes()),
+            self.topo.most_free(&self.topo.lower_nodes()),
         ) else {
             return done_down;
         };

@@ -193,14 +193,7 @@ impl Controller {
             tracing::debug!(error = %e, "cannot refresh free memory for recall");
             return false;
         }
-        let Some(dest) = self
-            .topo
-            .fast_nodes()
-            .iter()
-            .filter_map(|&n| self.topo.node(n))
-            .max_by_key(|n| (n.mem_free_bytes, std::cmp::Reverse(n.id)))
-            .map(|n| n.id)
-        else {
+        let Some(dest) = self.topo.most_free(&self.topo.fast_nodes()) else {
             return false;
         };
         let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
