@@ -61,10 +61,10 @@ pub struct HintFaults {
 }
 
 impl HintFaults {
-    /// Moves the promotion records waiting in the probe's ring buffer to
-    /// the queue the next [`Self::sample`] reads (nothing without the
-    /// probe): called between full cycles so the ring buffer cannot
-    /// overflow while they are spaced out.
+    /// Moves the promotion and refusal records waiting in the probe's ring
+    /// buffers to the queues the next [`Self::sample`] reads (nothing
+    /// without the probe): called between full cycles so the ring buffers
+    /// cannot overflow while they are spaced out.
     pub fn collect_promotions(&self) {
         if let Some(p) = &self.probe {
             p.collect_promotions();

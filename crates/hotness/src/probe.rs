@@ -479,8 +479,8 @@ impl HintFaultProbe {
     }
 
     /// Moves the records waiting in the ring buffers to the pending queues
-    /// ([`MAX_PENDING_EVENTS`] at most) that [`Self::drain_promotions`]
-    /// and [`Self::drain_refusals`] return.
+    /// ([`MAX_PENDING_EVENTS`] and [`MAX_PENDING_REFUSALS`] at most) that
+    /// [`Self::drain_promotions`] and [`Self::drain_refusals`] return.
     pub fn collect_promotions(&self) {
         let _ = self.ring.consume();
     }

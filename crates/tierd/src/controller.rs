@@ -524,10 +524,9 @@ impl Controller {
         part_phase: &'static str,
         part: Duration,
     ) {
-        debug_assert!(
-            CYCLE_PHASES.contains(&part_phase),
-            "{part_phase} not in CYCLE_PHASES"
-        );
+        for p in [phase, part_phase] {
+            debug_assert!(CYCLE_PHASES.contains(&p), "{p} not in CYCLE_PHASES");
+        }
         let now = Instant::now();
         let whole = now.duration_since(*since);
         let part = part.min(whole);

@@ -137,8 +137,9 @@ impl Controller {
     /// that would change the plan moved (see [`Cadence::changed`]), for the
     /// full cycle to start from; `None` when nothing did.
     fn check(&mut self) -> Result<Option<Vec<Managed>>> {
-        // Empty the probe's ring buffer every interval, not only at full
-        // cycles, so that a scan pass's promotions are not lost (recall).
+        // Empty the probe's ring buffers every interval, not only at full
+        // cycles, so that a scan pass's promotions and refusals are not
+        // lost (recall).
         self.faults.collect_promotions();
         self.topo
             .refresh_free(&self.cfg.daemon.sysfs_root)
