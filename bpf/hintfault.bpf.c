@@ -273,6 +273,7 @@ int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, i
 			if (ns >> i)
 				b = i;
 		h->buckets[b & (HF_LAT_BUCKETS - 1)]++;
+		h->total_ns += ns;
 	}
 	return 0;
 }

@@ -533,32 +533,58 @@ fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
     )
 }
 
-/// CPU spent on tiering over a mode's run, % of one core: tierd's own plus
-/// the kernel's tiering threads (kswapd, kdamond), so that kernel tiering's
-/// reclaim and tierd's memory.reclaim (run in tierd's context) are counted
-/// alike. `None` for samples without the kernel threads' time.
-fn tiering_cpu_pct(host: &[Value]) -> Option<f64> {
+/// CPU seconds a mode's run spent under `keys` of its host samples
+/// (cumulative seconds; a missing tierd time counts 0), as % of one core.
+/// `None` for samples without one of the other keys.
+fn cpu_pct(host: &[Value], keys: &[&str]) -> Option<f64> {
     let (first, last) = (host.first()?, host.last()?);
-    let used = |k| Some(f(last, k)? - f(first, k)?);
-    Some(
-        100.0 * (used("tierd_cpu_s").unwrap_or(0.0) + used("kernel_tiering_cpu_s")?)
-            / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
+    let mut s = 0.0;
+    for &k in keys {
+        match (f(last, k), f(first, k)) {
+            (Some(b), Some(a)) => s += b - a,
+            _ if k == "tierd_cpu_s" => {}
+            _ => return None,
+        }
+    }
+    Some(100.0 * s / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3))
+}
+
+/// CPU spent on tiering over a mode's run, % of one core: tierd's own, the
+/// kernel's tiering threads (kswapd, kdamond) and the kernel's promotions
+/// in the faulting tasks (time in `migrate_misplaced_folio`, which tierscen
+/// times with its own copy of the hint-fault probe in every mode). Every
+/// migration counts wherever it runs: kswapd's demotions and tierd's
+/// `memory.reclaim`, the kernel's promotions and tierd's `move_pages`.
+fn tiering_cpu_pct(host: &[Value]) -> Option<f64> {
+    cpu_pct(
+        host,
+        &[
+            "tierd_cpu_s",
+            "kernel_tiering_cpu_s",
+            "kernel_promotion_cpu_s",
+        ],
     )
 }
 
-/// As [`tiering_cpu_pct`], plus the workloads' system time: kernel
-/// tiering scans (`task_numa_work`) and promotes (hint faults,
-/// `migrate_misplaced_folio`) in the tasks' own context, where the first
-/// row does not see it, while tierd's promotions (`move_pages`) run in
-/// tierd. The workloads' other kernel time (page faults, system calls) is
-/// in both modes alike. `None` for samples without it.
+/// The kernel's promotions in the faulting tasks, % of one core (part of
+/// [`tiering_cpu_pct`]).
+fn kernel_promotion_pct(host: &[Value]) -> Option<f64> {
+    cpu_pct(host, &["kernel_promotion_cpu_s"])
+}
+
+/// tierd, kswapd and kdamond plus all of the workloads' system time:
+/// kernel tiering scans (`task_numa_work`), takes hint faults and promotes
+/// in the tasks' own context; the workloads' other kernel time (page
+/// faults, system calls) is in both modes alike. `None` for samples
+/// without it.
 fn tiering_cpu_with_tasks_pct(host: &[Value]) -> Option<f64> {
-    let (first, last) = (host.first()?, host.last()?);
-    let used = |k| Some(f(last, k)? - f(first, k)?);
-    Some(
-        tiering_cpu_pct(host)?
-            + 100.0 * used("workload_system_cpu_s")?
-                / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3),
+    cpu_pct(
+        host,
+        &[
+            "tierd_cpu_s",
+            "kernel_tiering_cpu_s",
+            "workload_system_cpu_s",
+        ],
     )
 }
 
@@ -757,7 +783,14 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
         per_mode(&|m| (m != "kernel").then(|| tierd_cpu_pct(host(m))).flatten()),
     );
     row(
-        "tiering CPU: tierd + kswapd + kdamond (% of one core)".into(),
+        "kernel promotions in the tasks (% of one core)".into(),
+        Better::Lower,
+        0.1,
+        1,
+        per_mode(&|m| kernel_promotion_pct(host(m))),
+    );
+    row(
+        "tiering CPU: tierd + kswapd + kdamond + kernel promotions (% of one core)".into(),
         Better::Lower,
         0.1,
         1,
@@ -1403,21 +1436,23 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         // 40 s run, samples every 10 s; tierd: better hit ratio, same
         // throughput within 3%, more migrations; kswapd+kdamond 20% of a
         // core under kernel tiering, 5% (+ tierd's 10%) under tierd; the
-        // workloads' system time 30% and 20% of a core.
-        for (mode, hit, thr, mig, kthreads, tasks) in [
-            ("kernel", 0.90, 100.0, 10.0, 0.2, 0.3),
-            ("tierd", 0.95, 99.0, 50.0, 0.05, 0.2),
+        // workloads' system time 30% and 20% of a core, of which kernel
+        // promotions 10% and 1%.
+        for (mode, hit, thr, mig, kthreads, tasks, promo) in [
+            ("kernel", 0.90, 100.0, 10.0, 0.2, 0.3, 0.1),
+            ("tierd", 0.95, 99.0, 50.0, 0.05, 0.2, 0.01),
         ] {
             for t in [0, 10, 20, 30, 40] {
                 out += &format!(
                     "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":{hit},\"accesses_per_s\":{thr},\"local_ratio\":0.5}}\n"
                 );
                 out += &format!(
-                    "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":{},\"kernel_tiering_cpu_s\":{},\"workload_system_cpu_s\":{}}}\n",
+                    "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":{},\"kernel_tiering_cpu_s\":{},\"workload_system_cpu_s\":{},\"kernel_promotion_cpu_s\":{}}}\n",
                     mig * t as f64,
                     if mode == "kernel" { 0.0 } else { 0.1 * t as f64 },
                     kthreads * t as f64,
-                    tasks * t as f64
+                    tasks * t as f64,
+                    promo * t as f64
                 );
             }
         }
@@ -1438,7 +1473,11 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         assert!(line("migrated").ends_with("| 10 | 50 | BEHIND |"), "{rows}");
         assert!(line("tierd CPU").ends_with("| – | 10.0 | – |"), "{rows}");
         assert!(
-            line("tiering CPU").ends_with("| 20.0 | 15.0 | ahead |"),
+            line("kernel promotions in the tasks").ends_with("| 10.0 | 1.0 | ahead |"),
+            "{rows}"
+        );
+        assert!(
+            line("tiering CPU: tierd").ends_with("| 30.0 | 16.0 | ahead |"),
             "{rows}"
         );
         assert!(

@@ -196,6 +196,10 @@ pub struct ProbeReading {
     /// Cumulative `migrate_misplaced_folio` durations: bucket i counts calls
     /// that took [2^i, 2^(i+1)) ns.
     pub latency_ns_log2: [u64; LATENCY_BUCKETS],
+    /// Their summed duration, ns: the kernel's promotion work in the
+    /// faulting tasks' context (wall time between fentry and fexit; the
+    /// migration does not sleep unless it waits for a page lock).
+    pub migrate_ns_total: u64,
 }
 
 impl ProbeReading {
@@ -256,16 +260,22 @@ pub fn decode_counts<B: AsRef<[u8]>>(per_cpu: &[B]) -> Result<HintCounts, ProbeE
     Ok(t)
 }
 
-/// Decodes and sums the per-CPU latency histograms.
-pub fn decode_latency<B: AsRef<[u8]>>(per_cpu: &[B]) -> Result<[u64; LATENCY_BUCKETS], ProbeError> {
+/// Decodes and sums the per-CPU latency histograms: (calls per log2-ns
+/// bucket, total ns). Errors: [`ProbeError::Record`] for a value of another
+/// size than `struct hf_hist` (bpf/hintfault.h).
+pub fn decode_latency<B: AsRef<[u8]>>(
+    per_cpu: &[B],
+) -> Result<([u64; LATENCY_BUCKETS], u64), ProbeError> {
     let mut t = [0u64; LATENCY_BUCKETS];
+    let mut total = 0u64;
     for b in per_cpu {
         let h: types::hf_hist = read_record("latency", b.as_ref())?;
         for (a, x) in t.iter_mut().zip(h.buckets) {
             *a += x;
         }
+        total = total.saturating_add(h.total_ns);
     }
-    Ok(t)
+    Ok((t, total))
 }
 
 /// Copies a plain-old-data record out of map bytes. The generated types hold
@@ -541,7 +551,7 @@ impl HintFaultProbe {
             .lookup_percpu(&zero, MapFlags::ANY)
             .map_err(|e| libbpf_err("map lookup", e))?
         {
-            out.latency_ns_log2 = decode_latency(&vals)?;
+            (out.latency_ns_log2, out.migrate_ns_total) = decode_latency(&vals)?;
         }
         Ok(out)
     }
@@ -588,7 +598,7 @@ mod tests {
     fn layouts_match_the_shared_header() {
         assert_eq!(size_of::<types::hf_key>(), 16);
         assert_eq!(size_of::<types::hf_counts>(), 7 * 8);
-        assert_eq!(size_of::<types::hf_hist>(), LATENCY_BUCKETS * 8);
+        assert_eq!(size_of::<types::hf_hist>(), (LATENCY_BUCKETS + 1) * 8);
     }
 
     #[test]
@@ -643,15 +653,21 @@ mod tests {
 
     #[test]
     fn latency_histogram_sums() {
-        let mut a = vec![0u8; LATENCY_BUCKETS * 8];
+        let n = LATENCY_BUCKETS * 8;
+        let mut a = vec![0u8; n + 8];
         a[8 * 12..8 * 13].copy_from_slice(&3u64.to_ne_bytes());
-        let mut b = vec![0u8; LATENCY_BUCKETS * 8];
+        a[n..].copy_from_slice(&25_000u64.to_ne_bytes());
+        let mut b = vec![0u8; n + 8];
         b[8 * 12..8 * 13].copy_from_slice(&2u64.to_ne_bytes());
-        b[8 * 31..].copy_from_slice(&1u64.to_ne_bytes());
-        let h = decode_latency(&[a, b]).unwrap();
+        b[8 * 31..n].copy_from_slice(&1u64.to_ne_bytes());
+        b[n..].copy_from_slice(&3_000_000_000u64.to_ne_bytes());
+        let (h, total) = decode_latency(&[a, b]).unwrap();
         assert_eq!(h[12], 5);
         assert_eq!(h[31], 1);
         assert_eq!(h.iter().sum::<u64>(), 6);
+        // Per-CPU sums add up; a record of the old size is refused.
+        assert_eq!(total, 3_000_025_000);
+        assert!(decode_latency(&[vec![0u8; n]]).is_err());
     }
 
     #[test]

@@ -513,6 +513,33 @@ struct HostSample {
     /// the promotions they make — together with the workloads' other kernel
     /// time (page faults, system calls), which is the same in every mode.
     workload_system_cpu_s: f64,
+    /// Time so far the kernel spent promoting pages in the faulting tasks
+    /// (`migrate_misplaced_folio`, timed by the hint-fault probe, all
+    /// processes): the part of the tasks' kernel time that is tiering work
+    /// and that tierd's own promotions (`move_pages` in tierd) replace.
+    kernel_promotion_cpu_s: f64,
+}
+
+/// The hint-fault probe tierscen loads for itself in every mode, to time
+/// the kernel's promotions in task context (see
+/// [`HostSample::kernel_promotion_cpu_s`]).
+fn promotion_clock() -> Result<hotness::probe::HintFaultProbe> {
+    hotness::probe::HintFaultProbe::load(&hotness::probe::ProbeOptions::default()).context(
+        "cannot load the hint-fault probe that times the kernel's promotions in \
+         the tasks (the tiering-CPU rows need it): run tierscen as root on a kernel \
+         with BTF (/sys/kernel/btf/vmlinux)",
+    )
+}
+
+/// Seconds spent in `migrate_misplaced_folio` since `probe` was loaded.
+fn promotion_s(probe: &hotness::probe::HintFaultProbe) -> f64 {
+    match probe.read() {
+        Ok(r) => r.migrate_ns_total as f64 / 1e9,
+        Err(e) => {
+            eprintln!("tierscen: cannot read the promotion timer: {e}");
+            0.0
+        }
+    }
 }
 
 /// CPU seconds (utime + stime) of the `kswapd*` and `kdamond*` kernel threads.
@@ -571,10 +598,17 @@ fn clock_ticks() -> f64 {
     }
 }
 
-fn host_sample(t_s: f64, fast: &[u32], tierd: Option<u32>, workloads: &[u32]) -> HostSample {
+fn host_sample(
+    t_s: f64,
+    fast: &[u32],
+    tierd: Option<u32>,
+    workloads: &[u32],
+    clock: &hotness::probe::HintFaultProbe,
+) -> HostSample {
     let mut h = HostSample {
         t_s,
         workload_system_cpu_s: workloads.iter().map(|&p| proc_times(p).1).sum(),
+        kernel_promotion_cpu_s: promotion_s(clock),
         ..Default::default()
     };
     if let Some(pid) = tierd {
@@ -623,6 +657,7 @@ fn run_mode(
     duration_s: u64,
     cli: &Cli,
     json: &mut Option<fs::File>,
+    clock: &hotness::probe::HintFaultProbe,
 ) -> Result<ModeResult> {
     let fast = nodes_with_cpus();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
@@ -716,7 +751,7 @@ fn run_mode(
         h.mode = mode.label().into();
         h
     };
-    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[]))];
+    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[], clock))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
@@ -738,7 +773,7 @@ fn run_mode(
                 .iter()
                 .flat_map(|r| std::iter::once(r.child.id()).chain(r.server.as_ref().map(Child::id)))
                 .collect();
-            let h = tag(host_sample(t, &fast, tierd_pid, &pids));
+            let h = tag(host_sample(t, &fast, tierd_pid, &pids, clock));
             let prev = host.last().unwrap().clone();
             let mut line = format!(
                 "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",
@@ -1046,9 +1081,10 @@ fn main() -> Result<()> {
         Some(p) => Some(fs::File::create(p).with_context(|| p.display().to_string())?),
         None => None,
     };
+    let clock = promotion_clock()?;
     let mut results = Vec::new();
     for &mode in &cli.modes {
-        let r = run_mode(&sc, mode, duration_s, &cli, &mut json)?;
+        let r = run_mode(&sc, mode, duration_s, &cli, &mut json, &clock)?;
         if r.samples.is_empty() {
             bail!("{} / {:?}: no samples recorded", sc.name, mode);
         }
