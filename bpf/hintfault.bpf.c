@@ -42,9 +42,17 @@ struct inflight {
 	__u64 memcg_id;
 	__u64 start_ns;
 	__u64 addr;
+	/* The task's context switches and its sum_exec_runtime at entry. */
+	__u64 switches;
+	__u64 runtime_ns;
 	__u32 src_nid;
 	__u32 nr_pages;
 };
+
+static __always_inline __u64 task_switches(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
+}
 
 /* The last candidate's faulting address, by pid_tgid: numa_migrate_check
  * knows the address, migrate_misplaced_folio (called next by the same
@@ -210,9 +218,12 @@ int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, 
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 *a = bpf_map_lookup_elem(&fault_addr, &id);
+	struct task_struct *t = bpf_get_current_task_btf();
 	struct inflight f = {
 		.memcg_id = folio_memcg_id(folio),
 		.start_ns = bpf_ktime_get_ns(),
+		.switches = task_switches(t),
+		.runtime_ns = BPF_CORE_READ(t, se.sum_exec_runtime),
 		.addr = a ? *a : 0,
 		.src_nid = folio_nid(folio),
 		.nr_pages = folio_pages(folio),
@@ -236,6 +247,19 @@ int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, i
 	if (!f)
 		return 0;
 	__u64 ns = bpf_ktime_get_ns() - f->start_ns;
+	/* CPU time: the wall time, unless the task slept or was preempted in
+	 * the migration (cond_resched, a page lock); then what the scheduler
+	 * accounted to it meanwhile (sum_exec_runtime, exact at each switch,
+	 * short by the time since the last tick after it resumed). */
+	__u64 cpu_ns = ns;
+	struct task_struct *t = bpf_get_current_task_btf();
+
+	if (task_switches(t) != f->switches) {
+		__u64 run = BPF_CORE_READ(t, se.sum_exec_runtime) - f->runtime_ns;
+
+		if (run < cpu_ns)
+			cpu_ns = run;
+	}
 	c = slot(f->memcg_id, f->src_nid, (__u32)node);
 	if (ret == 0 && f->addr) {
 		struct hf_promotion *e = bpf_ringbuf_reserve(&promotions, sizeof(*e), 0);
@@ -273,7 +297,7 @@ int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, i
 			if (ns >> i)
 				b = i;
 		h->buckets[b & (HF_LAT_BUCKETS - 1)]++;
-		h->total_ns += ns;
+		h->cpu_ns += cpu_ns;
 	}
 	return 0;
 }

@@ -45,12 +45,13 @@ struct hf_counts {
 };
 
 /* Value of the `latency` array map (one entry per CPU): the time spent in
- * migrate_misplaced_folio(), fentry to fexit, in ns: a log2 histogram of the
- * calls and their sum (the kernel's promotion work in the faulting tasks'
- * own context, which no kernel thread's CPU time shows). */
+ * migrate_misplaced_folio(), fentry to fexit, in ns, as a log2 histogram of
+ * the calls, and the CPU time of those calls summed (the kernel's promotion
+ * work in the faulting tasks' own context, which no kernel thread's CPU time
+ * shows; see hf_migrate_exit for how it is taken). */
 struct hf_hist {
 	__u64 buckets[HF_LAT_BUCKETS];
-	__u64 total_ns;
+	__u64 cpu_ns;
 };
 
 /* One successful NUMA-balancing migration, sent through the `promotions`

@@ -2,14 +2,14 @@
 /*
  * Minimal kernel type definitions for hintfault.bpf.c, written by hand rather
  * than generated with `bpftool btf dump ... format c`: a generated header is
- * ~120,000 lines for one kernel build, while the probe touches five structs.
+ * ~120,000 lines for one kernel build, while the probe touches seven structs.
  * Every struct carries preserve_access_index, so each field access becomes a
  * CO-RE relocation that libbpf resolves against the running kernel's BTF by
  * field *name* (anonymous unions in the real layout are fine): the offsets
  * below are never used as written. Enums are read with bpf_core_enum_value(),
  * so their values here are placeholders checked against the kernel at load.
  * Field names as in Linux 6.12 (include/linux/mm_types.h, memcontrol.h,
- * cgroup-defs.h, kernfs.h).
+ * cgroup-defs.h, kernfs.h, sched.h).
  */
 #ifndef TIERD_VMLINUX_H
 #define TIERD_VMLINUX_H
@@ -60,6 +60,16 @@ struct folio {
 	unsigned long flags;
 	unsigned long memcg_data;
 	unsigned int _folio_nr_pages;
+};
+
+struct sched_entity {
+	__u64 sum_exec_runtime;
+};
+
+struct task_struct {
+	unsigned long nvcsw;
+	unsigned long nivcsw;
+	struct sched_entity se;
 };
 
 struct vm_fault;

@@ -196,10 +196,11 @@ pub struct ProbeReading {
     /// Cumulative `migrate_misplaced_folio` durations: bucket i counts calls
     /// that took [2^i, 2^(i+1)) ns.
     pub latency_ns_log2: [u64; LATENCY_BUCKETS],
-    /// Their summed duration, ns: the kernel's promotion work in the
-    /// faulting tasks' context (wall time between fentry and fexit; the
-    /// migration does not sleep unless it waits for a page lock).
-    pub migrate_ns_total: u64,
+    /// Their CPU time summed, ns: the kernel's promotion work in the
+    /// faulting tasks' context. A call's wall time, or, when the task was
+    /// switched out during it, the `sum_exec_runtime` it was accounted
+    /// meanwhile (bpf/hintfault.bpf.c `hf_migrate_exit`).
+    pub migrate_cpu_ns: u64,
 }
 
 impl ProbeReading {
@@ -261,7 +262,7 @@ pub fn decode_counts<B: AsRef<[u8]>>(per_cpu: &[B]) -> Result<HintCounts, ProbeE
 }
 
 /// Decodes and sums the per-CPU latency histograms: (calls per log2-ns
-/// bucket, total ns). Errors: [`ProbeError::Record`] for a value of another
+/// bucket, their CPU time in ns). Errors: [`ProbeError::Record`] for a value of another
 /// size than `struct hf_hist` (bpf/hintfault.h).
 pub fn decode_latency<B: AsRef<[u8]>>(
     per_cpu: &[B],
@@ -273,7 +274,7 @@ pub fn decode_latency<B: AsRef<[u8]>>(
         for (a, x) in t.iter_mut().zip(h.buckets) {
             *a += x;
         }
-        total = total.saturating_add(h.total_ns);
+        total = total.saturating_add(h.cpu_ns);
     }
     Ok((t, total))
 }
@@ -551,7 +552,7 @@ impl HintFaultProbe {
             .lookup_percpu(&zero, MapFlags::ANY)
             .map_err(|e| libbpf_err("map lookup", e))?
         {
-            (out.latency_ns_log2, out.migrate_ns_total) = decode_latency(&vals)?;
+            (out.latency_ns_log2, out.migrate_cpu_ns) = decode_latency(&vals)?;
         }
         Ok(out)
     }

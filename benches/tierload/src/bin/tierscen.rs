@@ -513,8 +513,8 @@ struct HostSample {
     /// the promotions they make — together with the workloads' other kernel
     /// time (page faults, system calls), which is the same in every mode.
     workload_system_cpu_s: f64,
-    /// Time so far the kernel spent promoting pages in the faulting tasks
-    /// (`migrate_misplaced_folio`, timed by the hint-fault probe, all
+    /// CPU time so far the kernel spent promoting pages in the faulting
+    /// tasks (`migrate_misplaced_folio`, timed by the hint-fault probe, all
     /// processes): the part of the tasks' kernel time that is tiering work
     /// and that tierd's own promotions (`move_pages` in tierd) replace.
     kernel_promotion_cpu_s: f64,
@@ -531,10 +531,10 @@ fn promotion_clock() -> Result<hotness::probe::HintFaultProbe> {
     )
 }
 
-/// Seconds spent in `migrate_misplaced_folio` since `probe` was loaded.
+/// CPU seconds spent in `migrate_misplaced_folio` since `probe` was loaded.
 fn promotion_s(probe: &hotness::probe::HintFaultProbe) -> f64 {
     match probe.read() {
-        Ok(r) => r.migrate_ns_total as f64 / 1e9,
+        Ok(r) => r.migrate_cpu_ns as f64 / 1e9,
         Err(e) => {
             eprintln!("tierscen: cannot read the promotion timer: {e}");
             0.0

@@ -196,7 +196,7 @@ fn main() -> ExitCode {
         .saturating_sub(r0.counts.values().map(|c| c.hint_faults).sum::<u64>());
     println!(
         "{}",
-        serde_json::json!({"programs": stats, "hint_faults_all_memcgs": all_faults, "latency_ns_log2": r1.latency_ns_log2.to_vec(), "migrate_ns_total": r1.migrate_ns_total.saturating_sub(r0.migrate_ns_total)})
+        serde_json::json!({"programs": stats, "hint_faults_all_memcgs": all_faults, "latency_ns_log2": r1.latency_ns_log2.to_vec(), "migrate_cpu_ns": r1.migrate_cpu_ns.saturating_sub(r0.migrate_cpu_ns)})
     );
     if args.bpf_stats {
         if let Some(v) = old_stats {

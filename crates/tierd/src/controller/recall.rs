@@ -23,6 +23,10 @@ use crate::mover::{query_nodes, MoveError, Mover, PageStatus};
 /// 700 MiB caches.
 pub(super) const KNOWN_HOT_PAGES: usize = 16384;
 
+/// Known pages queried per `move_pages(2)` call in a check (16 MiB of base
+/// pages): the check stops after the chunk that finds enough.
+const CHECK_CHUNK: usize = 1024;
+
 /// One remembered page: process, page-aligned address, bytes (a base page
 /// or a THP).
 type Page = (u32, u64, u64);
@@ -99,11 +103,16 @@ impl KnownHot {
             .is_some_and(|k| k.recallable == 0 && demoted.is_some() && k.checked_at == demoted)
     }
 
-    /// Queries the node of every known page of container `c`: drops pages
-    /// no longer mapped and processes that are gone, records the bytes on
-    /// a `lower` node as the container's recallable bytes (and `demoted`,
-    /// its demotion count now), and returns those pages.
-    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>) -> Recallable {
+    /// Queries the node of container `c`'s known pages, newest first, in
+    /// chunks of [`CHECK_CHUNK`], until `enough` bytes were found on a
+    /// `lower` node or every page was looked at: drops pages no longer
+    /// mapped and processes that are gone, records the bytes found on the
+    /// lower tier as the container's recallable bytes (and `demoted`, its
+    /// demotion count now), and returns those pages. The solver claims at
+    /// most what the container lacks of its target and recall moves no
+    /// more, so pages beyond `enough` need no query (each costs a
+    /// page-table walk).
+    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
         let Some(k) = self.by_container.get_mut(&c) else {
             return Vec::new();
         };
@@ -119,35 +128,51 @@ impl KnownHot {
         }
         let mut gone: HashSet<(u32, u64)> = HashSet::new();
         let mut out = Vec::new();
-        for (pid, pages) in by_pid {
-            let addrs: Vec<u64> = pages.iter().map(|p| p.0).collect();
-            match query_nodes(pid, &addrs) {
-                Ok(st) => {
-                    let mut low = Vec::new();
-                    for (&(addr, bytes), s) in pages.iter().zip(st) {
-                        match s {
-                            PageStatus::Node(n) if lower.contains(&n) => low.push((addr, bytes)),
-                            PageStatus::NotPresent | PageStatus::Fault => {
-                                gone.insert((pid, addr));
+        let mut found = 0u64;
+        'pids: for (pid, pages) in by_pid {
+            let mut low = Vec::new();
+            for chunk in pages.chunks(CHECK_CHUNK) {
+                if found >= enough {
+                    break;
+                }
+                let addrs: Vec<u64> = chunk.iter().map(|p| p.0).collect();
+                match query_nodes(pid, &addrs) {
+                    Ok(st) => {
+                        for (&(addr, bytes), s) in chunk.iter().zip(st) {
+                            match s {
+                                PageStatus::Node(n) if lower.contains(&n) => {
+                                    low.push((addr, bytes));
+                                    found += bytes;
+                                }
+                                PageStatus::NotPresent | PageStatus::Fault => {
+                                    gone.insert((pid, addr));
+                                }
+                                _ => {}
                             }
-                            _ => {}
                         }
                     }
-                    if !low.is_empty() {
-                        out.push((pid, low));
+                    Err(MoveError::NoProcess { .. }) => {
+                        gone.extend(pages.iter().map(|&(a, _)| (pid, a)));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(pid, error = %e, "cannot query known-hot pages");
+                        break;
                     }
                 }
-                Err(MoveError::NoProcess { .. }) => {
-                    gone.extend(pages.iter().map(|&(a, _)| (pid, a)));
-                }
-                Err(e) => tracing::debug!(pid, error = %e, "cannot query known-hot pages"),
+            }
+            if !low.is_empty() {
+                out.push((pid, low));
+            }
+            if found >= enough {
+                break 'pids;
             }
         }
         if !gone.is_empty() {
             k.order.retain(|&(p, a, _)| !gone.contains(&(p, a)));
             k.set.retain(|key| !gone.contains(key));
         }
-        k.recallable = out.iter().flat_map(|(_, v)| v).map(|&(_, b)| b).sum();
+        k.recallable = found;
         out
     }
 }
@@ -169,21 +194,24 @@ impl Controller {
             .iter()
             .map(|c| (c.id, c.fast_bytes))
             .collect();
-        let mut short: Vec<(&Managed, u64, bool)> = Vec::new();
+        // (container, bytes it may recall this cycle, bytes it lacks of its
+        // target, under target − band)
+        let mut short: Vec<(&Managed, u64, u64, bool)> = Vec::new();
         for m in managed {
             let (Some(p), Some(&fast)) = (plan.get(m.id), fast_bytes.get(&m.id)) else {
                 continue;
             };
-            let lack = if p.state == PlacementState::Pinned {
+            let enough = if p.state == PlacementState::Pinned {
                 0
             } else {
-                p.target_bytes.saturating_sub(fast) >> p.damping_level.min(63)
+                p.target_bytes.saturating_sub(fast)
             };
+            let lack = enough >> p.damping_level.min(63);
             if lack == 0 || self.known_hot.known(m.id) == 0 {
                 self.known_hot.settle(m.id);
                 continue;
             }
-            short.push((m, lack, p.state == PlacementState::UnderTarget));
+            short.push((m, lack, enough, p.state == PlacementState::UnderTarget));
         }
         if short.is_empty() {
             return false;
@@ -203,7 +231,7 @@ impl Controller {
             .saturating_sub(self.cfg.daemon.headroom.0);
         let mut pending = false;
         let mut results = Vec::new();
-        for (m, lack, under) in short {
+        for (m, lack, enough, under) in short {
             let demoted = self
                 .counters
                 .get(&m.id)
@@ -213,7 +241,7 @@ impl Controller {
             if self.known_hot.unchanged(m.id, demoted) || (!under && room == 0) {
                 continue;
             }
-            let found = self.known_hot.check(m.id, &lower, demoted);
+            let found = self.known_hot.check(m.id, &lower, demoted, enough);
             let budget = lack.min(room);
             let mut mv = Moved::default();
             for (pid, pages) in &found {
@@ -285,20 +313,50 @@ mod tests {
             s => panic!("own page not present: {s:?}"),
         };
         // Not on a "lower" node: nothing to recall, unmapped and gone dropped.
-        assert!(k.check(1, &[node_of_page + 1], Some(5)).is_empty());
+        assert!(k
+            .check(1, &[node_of_page + 1], Some(5), u64::MAX)
+            .is_empty());
         assert_eq!(k.recallable(1), 0);
         assert_eq!(k.known(1), 1);
         // Nothing was found and nothing demoted since: no need to look again.
         assert!(k.unchanged(1, Some(5)));
         assert!(!k.unchanged(1, Some(6)) && !k.unchanged(1, None));
         // Its node counted as lower: it is recallable.
-        let found = k.check(1, &[node_of_page], Some(6));
+        let found = k.check(1, &[node_of_page], Some(6), u64::MAX);
         assert_eq!(found, vec![(me, vec![(page, 4096)])]);
         assert_eq!(k.recallable(1), 4096);
         // Pages left to recall are looked at again whatever the count.
         assert!(!k.unchanged(1, Some(6)));
         k.settle(1);
         assert_eq!(k.recallable(1), 0);
+        drop(buf);
+    }
+
+    #[test]
+    fn a_check_stops_at_the_chunk_that_finds_enough() {
+        // CHECK_CHUNK + 1 touched pages of this process, all on one node.
+        let n = CHECK_CHUNK + 1;
+        let buf = vec![1u8; (n + 1) * 4096];
+        let first = (buf.as_ptr() as u64 + 4095) & !4095;
+        let me = std::process::id();
+        let mut k = KnownHot::default();
+        for i in 0..n as u64 {
+            k.add(1, me, first + i * 4096, 4096);
+        }
+        let node = match query_nodes(me, &[first]).unwrap()[0] {
+            PageStatus::Node(n) => n,
+            s => panic!("own page not present: {s:?}"),
+        };
+        // One byte is enough: one chunk, the newest pages, is queried.
+        let found = k.check(1, &[node], None, 1);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].1.len(), CHECK_CHUNK);
+        assert_eq!(found[0].1[0].0, first + (n as u64 - 1) * 4096);
+        assert_eq!(k.recallable(1), CHECK_CHUNK as u64 * 4096);
+        // Without a bound every page is.
+        let found = k.check(1, &[node], None, u64::MAX);
+        assert_eq!(found[0].1.len(), n);
+        assert_eq!(k.recallable(1), n as u64 * 4096);
         drop(buf);
     }
 }
