@@ -534,17 +534,13 @@ fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
 }
 
 /// CPU seconds a mode's run spent under `keys` of its host samples
-/// (cumulative seconds; a missing tierd time counts 0), as % of one core.
-/// `None` for samples without one of the other keys.
+/// (cumulative seconds), as % of one core. `None` for samples without one
+/// of the keys.
 fn cpu_pct(host: &[Value], keys: &[&str]) -> Option<f64> {
     let (first, last) = (host.first()?, host.last()?);
     let mut s = 0.0;
     for &k in keys {
-        match (f(last, k), f(first, k)) {
-            (Some(b), Some(a)) => s += b - a,
-            _ if k == "tierd_cpu_s" => {}
-            _ => return None,
-        }
+        s += f(last, k)? - f(first, k)?;
     }
     Some(100.0 * s / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3))
 }

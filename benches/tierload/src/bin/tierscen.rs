@@ -531,13 +531,15 @@ fn promotion_clock() -> Result<hotness::probe::HintFaultProbe> {
     )
 }
 
-/// CPU seconds spent in `migrate_misplaced_folio` since `probe` was loaded.
+/// CPU seconds spent in `migrate_misplaced_folio` since `probe` was loaded;
+/// NaN (null in the samples: the rows built on it show no value rather
+/// than a wrong one) when the probe's map cannot be read.
 fn promotion_s(probe: &hotness::probe::HintFaultProbe) -> f64 {
     match probe.read() {
         Ok(r) => r.migrate_cpu_ns as f64 / 1e9,
         Err(e) => {
             eprintln!("tierscen: cannot read the promotion timer: {e}");
-            0.0
+            f64::NAN
         }
     }
 }

@@ -103,7 +103,8 @@ impl KnownHot {
             .is_some_and(|k| k.recallable == 0 && demoted.is_some() && k.checked_at == demoted)
     }
 
-    /// Queries the node of container `c`'s known pages, newest first, in
+    /// Queries the node of container `c`'s known pages (process by
+    /// process in the order of their newest page, newest page first) in
     /// chunks of [`CHECK_CHUNK`], until `enough` bytes were found on a
     /// `lower` node or every page was looked at: drops pages no longer
     /// mapped and processes that are gone, records the bytes found on the
