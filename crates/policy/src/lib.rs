@@ -8,6 +8,7 @@ mod bucket;
 mod demand;
 mod model;
 mod solve;
+mod steady;
 mod thrash;
 
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};

@@ -162,6 +162,9 @@ pub struct PolicyParams {
     /// fast tier (or arrived) for its deficit to count as need, in ms (see
     /// [`Plan::need_bytes`]).
     pub need_window_ms: u64,
+    /// How long no container may be under its target (and none arrive or
+    /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
+    pub steady_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -205,6 +208,7 @@ impl Default for PolicyParams {
             burst_s: 2.0,
             thrash: ThrashParams::default(),
             need_window_ms: 10_000,
+            steady_ms: 10_000,
         }
     }
 }
@@ -298,6 +302,12 @@ pub struct Plan {
     /// One entry per container of the snapshot; [`crate::solve`] sorts them
     /// by id.
     pub containers: Vec<ContainerPlan>,
+    /// No container under its target − band (the damped band included), and
+    /// the same containers, for [`PolicyParams::steady_ms`]: nothing is
+    /// owed to anyone, so a promotion only swaps pages within the split
+    /// (see `steady.rs`; the daemon then limits the kernel's promotion
+    /// rate).
+    pub steady: bool,
 }
 
 impl Plan {
@@ -328,6 +338,16 @@ pub struct PolicyState {
     /// `need_window_ms` (plus the one just before it).
     pub fast_history:
         std::collections::BTreeMap<ContainerId, std::collections::VecDeque<(u64, u64)>>,
+    pub steady: SteadyState,
+}
+
+/// Steady-state detector state (see [`Plan::steady`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SteadyState {
+    /// The containers of the last cycle, in id order.
+    pub members: Vec<ContainerId>,
+    /// Since when no container has been under its target (policy clock).
+    pub since_ms: Option<u64>,
 }
 
 /// Per-container thrash detector state (see [`ThrashParams`]).

@@ -313,11 +313,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     state.global_demote_tokens = global_demote;
     state.global_promote_tokens = global_promote;
 
+    let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    let settled = plans.iter().all(|p| p.state != PlacementState::UnderTarget);
+    let steady = crate::steady::observe(&mut state.steady, now_ms, &ids, settled, params.steady_ms);
+
     Plan {
         pool_bytes,
         guarantees_scaled,
         need_bytes,
         containers: plans,
+        steady,
     }
 }
 

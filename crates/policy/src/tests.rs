@@ -25,6 +25,7 @@ fn params() -> PolicyParams {
         burst_s: 1.0,
         thrash: ThrashParams::default(),
         need_window_ms: 10_000,
+        steady_ms: 10_000,
     }
 }
 
@@ -956,6 +957,7 @@ fn claim_case(b: ContainerSnapshot) -> (PolicyParams, PolicyState, Snapshot) {
     let p = PolicyParams {
         demand: DemandSource::Usage,
         need_window_ms: 10_000,
+        steady_ms: 10_000,
         ..params()
     };
     let s = snap(1024 * MIB, vec![c(1, 612 * MIB, 88 * MIB), b]);
@@ -1084,4 +1086,53 @@ fn memory_min_guards_a_guarantee_while_its_container_is_protected() {
     // never gets one.
     assert_eq!(min_of(300, 600).0, 400 * MIB);
     assert_eq!(min_of(300, 600).2, 0);
+}
+
+// ---- Steady state (kernel promotion limited) --------------------------------
+
+#[test]
+fn steady_once_nobody_is_under_target_for_the_settle_time() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    // Two identical tenants, 600 MiB each, pool 900 MiB: targets 450 MiB.
+    let at = |fast_a: u64, fast_b: u64, elapsed_ms: u64| Snapshot {
+        elapsed_ms,
+        ..snap(
+            900 * MIB,
+            vec![
+                c(1, fast_a * MIB, (600 - fast_a) * MIB),
+                c(2, fast_b * MIB, (600 - fast_b) * MIB),
+            ],
+        )
+    };
+    let steady =
+        |st: &mut PolicyState, a: u64, b: u64, ms: u64| solve(&at(a, b, ms), &p, st).steady;
+    assert!(!steady(&mut st, 450, 450, 0));
+    assert!(!steady(&mut st, 460, 440, 5_000), "within the band, 5 s");
+    // Over its target does not break it: nothing is owed to anyone.
+    assert!(steady(&mut st, 480, 440, 5_000), "10 s");
+    // b 40 MiB under its target (band 16 MiB): not steady, and the clock
+    // starts again.
+    assert!(!steady(&mut st, 480, 410, 2_000));
+    assert!(!steady(&mut st, 450, 450, 2_000));
+    assert!(!steady(&mut st, 450, 450, 9_000));
+    assert!(steady(&mut st, 450, 450, 1_000));
+    // A third container arrives, at its target (all of it fits): the clock
+    // starts again all the same.
+    let three = Snapshot {
+        elapsed_ms: 2_000,
+        ..snap(
+            1000 * MIB,
+            vec![
+                c(1, 450 * MIB, 150 * MIB),
+                c(2, 450 * MIB, 150 * MIB),
+                c(3, 10 * MIB, 0),
+            ],
+        )
+    };
+    assert!(!solve(&three, &p, &mut st).steady);
 }

@@ -88,6 +88,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 burst_s: burst,
                 thrash: ThrashParams::default(),
                 need_window_ms: 10_000,
+                steady_ms: 10_000,
             },
         )
 }

@@ -437,6 +437,10 @@ impl Default for HotnessConfig {
     }
 }
 
+/// Default of `limits.steady_promote_rate`, bytes per second (docs/NOTES.md
+/// "Kernel promotion in a steady state").
+pub const STEADY_PROMOTE_RATE: u64 = 4 << 20;
+
 /// `[limits]`: hysteresis band and token-bucket rate limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -462,6 +466,16 @@ pub struct LimitsConfig {
     pub thrash_rate: Bytes,
     #[serde(deserialize_with = "de_duration")]
     pub thrash_settle: Duration,
+    /// With `promotion = "kernel"`: the kernel's promotion rate limit
+    /// (`kernel.numa_balancing_promote_rate_limit_MBps`, per fast node, in
+    /// whole MiB/s) while the plan is steady (no container under its target
+    /// for `steady_after`); the original value is written back as soon as
+    /// one is. 0: tierd never changes it.
+    pub steady_promote_rate: Bytes,
+    /// How long no container may be under its target before the plan is
+    /// steady.
+    #[serde(deserialize_with = "de_duration")]
+    pub steady_after: Duration,
 }
 
 impl Default for LimitsConfig {
@@ -478,6 +492,8 @@ impl Default for LimitsConfig {
             thrash_window: Duration::from_millis(p.thrash.window_ms),
             thrash_rate: Bytes(p.thrash.pingpong_bytes_per_s),
             thrash_settle: Duration::from_millis(p.thrash.settle_ms),
+            steady_promote_rate: Bytes(STEADY_PROMOTE_RATE),
+            steady_after: Duration::from_millis(p.steady_ms),
         }
     }
 }
@@ -783,6 +799,15 @@ impl Config {
                 ));
             }
         }
+        let steady = l.steady_promote_rate.0;
+        if steady > 0 && steady < 1 << 20 {
+            return Err(bad(
+                "limits.steady_promote_rate",
+                format!(
+                    "{steady} bytes/s is below the kernel's unit (1 MiB/s); set 0 (tierd leaves the kernel's limit alone) or at least 1MiB"
+                ),
+            ));
+        }
         let mut matchers = Vec::new();
         for (i, p) in raw.policy.iter().enumerate() {
             let key = |k: &str| format!("policy[{i}].{k}");
@@ -886,6 +911,7 @@ impl Config {
                 max_level: 4,
             },
             need_window_ms: 10_000,
+            steady_ms: l.steady_after.as_millis() as u64,
         }
     }
 }

@@ -18,6 +18,7 @@ use policy::{
 
 mod actuate;
 mod cadence;
+mod gate;
 mod moves;
 mod publish;
 mod recall;
@@ -135,6 +136,8 @@ pub struct Controller {
     cadence: cadence::Cadence,
     /// Pages the kernel promoted, per container (`recall.rs`).
     known_hot: recall::KnownHot,
+    /// The kernel's promotion rate limit in a steady state (`gate.rs`).
+    gate: gate::PromotionGate,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -330,6 +333,7 @@ impl Controller {
             revive_with: Vec::new(),
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
+            gate: gate::PromotionGate::default(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -471,6 +475,15 @@ impl Controller {
 
         let recalling =
             !self.observe_only && self.actuate(&managed, &snapshot, &plan, &fast, &mut phase);
+        if !self.observe_only {
+            let names = |id: u64| {
+                managed
+                    .iter()
+                    .find(|m| m.id == id)
+                    .map_or_else(|| id.to_string(), |m| m.path.clone())
+            };
+            self.gate.apply(&self.cfg, &plan, &names);
+        }
         self.watch_kswapd(&plan, &managed, &per_node);
         self.lap(&mut phase, "kswapd");
         let (ids, current) = self.usage_of(&managed);
@@ -576,7 +589,8 @@ impl Controller {
     pub fn set_journal(&mut self, journal: SharedJournal) {
         self.protection.set_journal(journal.clone());
         self.pinning.set_journal(journal.clone());
-        self.subtree.set_journal(journal);
+        self.subtree.set_journal(journal.clone());
+        self.gate.set_journal(journal);
     }
 
     /// The running config (after reloads).
@@ -606,6 +620,7 @@ impl Controller {
             }
         }
         self.hot = Hotness::default();
+        self.gate.restore();
         self.protection.restore(&self.cg);
         // Children's cpuset.mems first: the controller can go from the
         // parent only after.

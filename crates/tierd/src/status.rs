@@ -24,6 +24,10 @@ pub struct Status {
     /// /status.
     #[serde(default)]
     pub quiet_checks: u64,
+    /// The kernel's promotion rate limited by tierd (a steady state, see
+    /// `limits.steady_promote_rate`); absent in older tierd's /status.
+    #[serde(default)]
+    pub kernel_promotion_limited: bool,
     /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
     pub hotness: String,
     /// Where hint faults come from: "ebpf" or "memory_stat" (and why the

@@ -1,5 +1,7 @@
-//! Host-wide kernel knobs tierd sets at start and restores at exit:
-//! `/sys/kernel/mm/numa/demotion_enabled` and `kernel.numa_balancing`.
+//! Host-wide kernel knobs tierd sets and restores at exit:
+//! `/sys/kernel/mm/numa/demotion_enabled` and `kernel.numa_balancing` (at
+//! start), `kernel.numa_balancing_promote_rate_limit_MBps` (while the plan
+//! is steady, `controller/gate.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +14,12 @@ pub const DEMOTION_ENABLED: &str = "kernel/mm/numa/demotion_enabled";
 /// `kernel.numa_balancing` below the procfs root (Documentation/admin-guide/sysctl/kernel.rst):
 /// 0 off, 1 NUMA balancing, 2 memory-tiering promotion, 3 both.
 pub const NUMA_BALANCING: &str = "sys/kernel/numa_balancing";
+/// `kernel.numa_balancing_promote_rate_limit_MBps` below the procfs root
+/// (Documentation/admin-guide/sysctl/kernel.rst, 6.0+): the most MiB per
+/// second NUMA balancing promotes into each fast node; candidates over it
+/// in a one-second window stay where they are (`numa_promotion_rate_limit`
+/// in kernel/sched/fair.c). The kernel's default, 65536, is no limit.
+pub const PROMOTE_RATE_LIMIT: &str = "sys/kernel/numa_balancing_promote_rate_limit_MBps";
 
 /// One knob changed by tierd, with the value it had before.
 #[derive(Debug, Clone)]
@@ -76,6 +84,26 @@ impl KernelKnobs {
         Ok(())
     }
 
+    /// Writes back the original value of `path` if tierd changed it, and
+    /// forgets it (the journal too). Returns whether it was changed.
+    ///
+    /// Errors: the write failed; the original is kept for the next try and
+    /// for [`KernelKnobs::restore`].
+    pub fn restore_path(&mut self, path: &Path) -> Result<bool> {
+        let Some(i) = self.saved.iter().position(|s| s.path == path) else {
+            return Ok(false);
+        };
+        let original = &self.saved[i].original;
+        std::fs::write(path, original)
+            .with_context(|| format!("{}: cannot write back {original:?}", path.display()))?;
+        tracing::info!(path = %path.display(), value = %original, "restored kernel setting");
+        self.saved.remove(i);
+        if let Some(j) = &self.journal {
+            j.lock().unwrap_or_else(|e| e.into_inner()).forget(path);
+        }
+        Ok(true)
+    }
+
     /// Writes back every original value, newest first. Failures are logged,
     /// not returned: restore runs on the way out and must try every knob.
     pub fn restore(&mut self) {
@@ -92,6 +120,11 @@ impl KernelKnobs {
                 }
             }
         }
+    }
+
+    /// Whether tierd changed `path` (and has not restored it).
+    pub fn changed_path(&self, path: &Path) -> bool {
+        self.saved.iter().any(|s| s.path == path)
     }
 
     /// Number of knobs currently changed by tierd.
@@ -137,6 +170,28 @@ mod tests {
         } // dropped: restores
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "false");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "0");
+    }
+
+    #[test]
+    fn one_knob_is_restored_and_the_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("numa_balancing");
+        let b = dir.path().join("numa_balancing_promote_rate_limit_MBps");
+        std::fs::write(&a, "0\n").unwrap();
+        std::fs::write(&b, "65536\n").unwrap();
+        let mut k = KernelKnobs::default();
+        k.set(&a, "2").unwrap();
+        k.set(&b, "4").unwrap();
+        k.set(&b, "8").unwrap();
+        assert!(k.restore_path(&b).unwrap());
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "65536");
+        assert!(!k.restore_path(&b).unwrap(), "restored once only");
+        assert_eq!(k.changed(), 1);
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "2");
+        k.set(&b, "4").unwrap();
+        k.restore();
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "0");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "65536");
     }
 
     #[test]

@@ -1437,6 +1437,110 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
 }
 
+/// With `promotion = "kernel"` tierd limits the kernel's promotion rate
+/// while no container is under its target (`limits.steady_promote_rate`,
+/// `controller/gate.rs`), lifts the limit the cycle a newcomer is under its
+/// target, limits again once the newcomer has its share, and restores the
+/// original at exit and, from the journal, after a kill -9.
+#[test]
+fn kernel_promotion_is_limited_only_in_a_steady_state() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+RL=/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
+echo "RL START $(cat $RL)"
+# until_rl VALUE DEADLINE_S NAME: polls the knob every 0.5 s.
+until_rl() {
+    local i=0
+    until [ "$(cat $RL)" = "$1" ]; do
+        i=$((i + 1)); [ $i -gt $(( $2 * 2 )) ] && { echo "RL DEADLINE $3 $(cat $RL)"; return 1; }
+        sleep 0.5
+    done
+    echo "RL $3 $(cat $RL) $(cut -d' ' -f1 /proc/uptime)"
+}
+# a fits the fast tier: at its target from the start.
+mkcg tenants.slice/a
+start_in tenants.slice/a tierload hotset --size-mib 96 --hot-mib 24 --report-s 60 > /dev/null
+wait_usage tenants.slice/a 90 60 || exit 1
+printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+until_rl 4 60 LIMITED || exit 1
+emit_status
+tierctl metrics | grep '^tierd_kernel_promotion_limited' | sed 's/^/METRIC /'
+# b's pages all on the lower tier: under its target.
+mkcg tenants.slice/b
+echo +cpuset > $CG/cgroup.subtree_control
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+echo 1 > $CG/tenants.slice/b/cpuset.mems
+start_in tenants.slice/b tierload hotset --size-mib 64 --hot-mib 64 --report-s 60 > /dev/null
+wait_usage tenants.slice/b 60 60 || exit 1
+echo 0-1 > $CG/tenants.slice/b/cpuset.mems
+emit_node tenants.slice/b
+until_rl 65536 30 OPEN || exit 1
+emit_status
+# The kernel promotes b (the limit is lifted), then the state is steady again.
+until_rl 4 240 LIMITED_AGAIN || { emit_status; exit 1; }
+emit_node tenants.slice/b
+kill -TERM $TIERD; wait $TIERD
+echo "RL AFTER_STOP $(cat $RL)"
+tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+until_rl 4 60 LIMITED_SECOND_RUN || exit 1
+kill -9 $TIERD; wait $TIERD 2>/dev/null
+echo "RL AFTER_KILL9 $(cat $RL)"
+printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_promote_rate = 0\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t0.toml
+tierd --config /tmp/t0.toml run > /tmp/tierd3.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+echo "RL JOURNAL $(cat $RL)"
+kill -TERM $TIERD; wait $TIERD
+grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let rl = |name: &str| -> u64 {
+        g.output
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("RL {name} ")))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no RL {name} line:\n{}", g.output))
+    };
+    assert_eq!(rl("START"), 65536, "the kernel's default");
+    assert_eq!(rl("LIMITED"), 4);
+    assert_eq!(rl("OPEN"), 65536);
+    assert_eq!(rl("LIMITED_AGAIN"), 4);
+    assert_eq!(rl("AFTER_STOP"), 65536, "SIGTERM restores it");
+    assert_eq!(rl("AFTER_KILL9"), 4, "kill -9 restores nothing");
+    assert_eq!(rl("JOURNAL"), 65536, "the next start restores it");
+    let st = statuses(&g.output);
+    assert!(
+        st.len() == 2 && st[0].kernel_promotion_limited && !st[1].kernel_promotion_limited,
+        "{}",
+        g.output
+    );
+    // b was under its target when the limit went, and had its share (within
+    // the band) when it came back.
+    let b = container(&st[1], "tenants.slice/b").expect("b in the status");
+    assert_eq!(b.state, "under_target", "{b:?}");
+    let n = nodes(&g.output, "tenants.slice/b");
+    assert!(
+        n.len() == 2 && n[0].0 < 8 && n[1].0 + 16 >= 64,
+        "b on DRAM (MiB) before and after: {n:?}\n{}",
+        g.output
+    );
+    assert!(
+        g.output
+            .lines()
+            .any(|l| l == "METRIC tierd_kernel_promotion_limited 1"),
+        "{}",
+        g.output
+    );
+}
+
 /// Promotion candidates the kernel refuses for want of room are hot by its
 /// own test too: with DRAM held by hugetlb pages (nothing kswapd can
 /// demote) every candidate of a hot set on CXL is refused, the kernel

@@ -77,9 +77,10 @@ fn main() -> Result<()> {
             }
             let s: Status = serde_json::from_str(&body).context("cannot decode /status")?;
             println!(
-                "tiered: {}  promotion: {}  fast nodes {:?} lower nodes {:?}  fast capacity {} MiB, free {} MiB, pool {} MiB{}",
+                "tiered: {}  promotion: {}{}  fast nodes {:?} lower nodes {:?}  fast capacity {} MiB, free {} MiB, pool {} MiB{}",
                 s.tiered,
                 s.promotion,
+                if s.kernel_promotion_limited { " (rate-limited: steady)" } else { "" },
                 s.fast_nodes,
                 s.lower_nodes,
                 mib(s.fast_capacity_bytes),

@@ -30,6 +30,8 @@ impl Controller {
         mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
         mt.managed_containers.set(managed.len() as i64);
+        mt.kernel_promotion_limited
+            .set(i64::from(self.gate.limited()));
         let lower = self.topo.lower_nodes();
         let mut status = Status {
             tiered: !self.observe_only,
@@ -42,6 +44,7 @@ impl Controller {
             guarantees_scaled: plan.guarantees_scaled,
             cycles: self.cycles + 1,
             quiet_checks: self.quiet_checks,
+            kernel_promotion_limited: self.gate.limited(),
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
                 (Some(_), _) => "damon".into(),
                 (None, Some(why)) => format!("usage ({why})"),

@@ -1,0 +1,89 @@
+//! Steady state: when the kernel's own promotion has nothing left to do for
+//! the split (docs/DESIGN.md "Policy semantics", issue 11 "Quiet").
+//!
+//! With `promotion = "kernel"`, NUMA balancing promotes every lower-tier page
+//! that takes a hint fault soon enough after its scan, whichever container it
+//! belongs to, and kswapd demotes pages of the tier to make room. While a
+//! container is under its target that is how it gets its share; once every
+//! container is at or over its target, a promotion only swaps a warm page in
+//! for a page kswapd takes out: pages move and the split does not. The daemon
+//! then lowers the kernel's promotion rate limit
+//! (`kernel.numa_balancing_promote_rate_limit_MBps`,
+//! Documentation/admin-guide/sysctl/kernel.rst), which lets the hottest
+//! candidates through (they fault first after a scan) and refuses the rest,
+//! and lifts it again as soon as a container falls under its target.
+//!
+//! Pure: time is the policy clock (`PolicyState::clock_ms`).
+
+use crate::model::{ContainerId, SteadyState};
+
+/// Records one cycle and says whether the state is steady: no container
+/// under its target − band (`settled` this cycle) and the same containers,
+/// without a break, for at least `steady_ms`.
+///
+/// `ids` are this cycle's containers in id order. An arrival or exit, and
+/// any cycle with a container under target, restart the clock: a newcomer
+/// is under its target until the kernel has promoted its share.
+pub(crate) fn observe(
+    st: &mut SteadyState,
+    now_ms: u64,
+    ids: &[ContainerId],
+    settled: bool,
+    steady_ms: u64,
+) -> bool {
+    let same = st.members == ids;
+    if !same {
+        st.members = ids.to_vec();
+    }
+    if !settled || !same || ids.is_empty() {
+        st.since_ms = None;
+        // An arrival restarts the clock even when it is settled from the
+        // start (a container whose usage fits its target).
+        if settled && !ids.is_empty() {
+            st.since_ms = Some(now_ms);
+        }
+        return false;
+    }
+    let since = *st.since_ms.get_or_insert(now_ms);
+    now_ms.saturating_sub(since) >= steady_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_after_the_settle_time_and_not_before() {
+        let mut st = SteadyState::default();
+        let ids = [1, 2];
+        assert!(!observe(&mut st, 0, &ids, true, 10_000));
+        assert!(!observe(&mut st, 9_999, &ids, true, 10_000));
+        assert!(observe(&mut st, 10_000, &ids, true, 10_000));
+        assert!(observe(&mut st, 20_000, &ids, true, 10_000));
+    }
+
+    #[test]
+    fn a_container_under_target_or_a_new_one_restarts_the_clock() {
+        let mut st = SteadyState::default();
+        assert!(!observe(&mut st, 0, &[1, 2], true, 10_000));
+        assert!(observe(&mut st, 10_000, &[1, 2], true, 10_000));
+        // Under target: open at once, and the settle time starts again.
+        assert!(!observe(&mut st, 12_000, &[1, 2], false, 10_000));
+        assert!(!observe(&mut st, 14_000, &[1, 2], true, 10_000));
+        assert!(!observe(&mut st, 23_999, &[1, 2], true, 10_000));
+        assert!(observe(&mut st, 24_000, &[1, 2], true, 10_000));
+        // An arrival, settled or not, restarts it too; so does an exit.
+        assert!(!observe(&mut st, 26_000, &[1, 2, 3], true, 10_000));
+        assert!(!observe(&mut st, 35_999, &[1, 2, 3], true, 10_000));
+        assert!(observe(&mut st, 36_000, &[1, 2, 3], true, 10_000));
+        assert!(!observe(&mut st, 38_000, &[1, 3], true, 10_000));
+        assert!(observe(&mut st, 48_000, &[1, 3], true, 10_000));
+    }
+
+    #[test]
+    fn no_containers_is_never_steady() {
+        let mut st = SteadyState::default();
+        assert!(!observe(&mut st, 0, &[], true, 0));
+        assert!(!observe(&mut st, 60_000, &[], true, 0));
+    }
+}
