@@ -24,8 +24,9 @@ pub(super) struct PromotionGate {
     knobs: KernelKnobs,
     /// MiB/s written while the plan is steady; None while open.
     limited_mib: Option<u64>,
-    /// Why the gate does nothing (a kernel without the knob), logged once.
-    off: Option<String>,
+    /// The knob cannot be read (a kernel without it): logged once, then
+    /// the gate does nothing.
+    off: bool,
 }
 
 impl PromotionGate {
@@ -43,7 +44,7 @@ impl PromotionGate {
     /// Failures are logged (the knob missing: once, and the gate stays
     /// off); the cycle goes on either way.
     pub(super) fn apply(&mut self, cfg: &Config, plan: &Plan, names: &dyn Fn(u64) -> String) {
-        if self.off.is_some() {
+        if self.off {
             return;
         }
         let rate = cfg.limits.steady_promote_rate.0;
@@ -55,19 +56,19 @@ impl PromotionGate {
         let path = path(cfg);
         match want {
             Some(mib) => {
-                if !path.exists() {
-                    let why = format!(
-                        "{}: absent (a kernel before 6.0?); limits.steady_promote_rate has no effect",
-                        path.display()
-                    );
-                    tracing::warn!("{why}");
-                    self.off = Some(why);
-                    return;
-                }
+                let current = match fs::read_to_string(&path) {
+                    Ok(v) => v.trim().parse::<u64>().ok(),
+                    Err(e) => {
+                        tracing::warn!(
+                            path = %path.display(),
+                            error = %e,
+                            "cannot read the kernel's promotion rate limit (a kernel before 6.0?); limits.steady_promote_rate has no effect"
+                        );
+                        self.off = true;
+                        return;
+                    }
+                };
                 // An operator's own lower limit stays.
-                let current = fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok());
                 if current.is_some_and(|c| c <= mib) && !self.knobs.changed_path(&path) {
                     self.limited_mib = Some(mib);
                     return;
@@ -97,7 +98,7 @@ impl PromotionGate {
                     Ok(_) => {
                         tracing::info!(
                             under_target = ?under,
-                            "not steady: kernel promotion rate limit restored"
+                            "not steady: kernel promotion no longer limited by tierd"
                         );
                         self.limited_mib = None;
                     }
