@@ -11,7 +11,7 @@
  *          return != NUMA_NO_NODE = a migration candidate to that node
  *   fexit  migrate_misplaced_folio_prepare(folio, vma, node)
  *          != 0: the candidate was dropped before migration
- *   fentry/fexit migrate_misplaced_folio(folio, vma, node)
+ *   fentry/fexit migrate_misplaced_folio(folio, vma, node), or (folio, node)
  *          0 = migrated; at fexit the old folio's memcg_data is already 0,
  *          so memcg, node and size are captured at fentry per thread
  *
@@ -121,15 +121,40 @@ static __always_inline __u64 folio_memcg_id(struct folio *folio)
 	unsigned long kmem = bpf_core_enum_value(enum page_memcg_data_flags, MEMCG_DATA_KMEM);
 	struct mem_cgroup *memcg;
 
-	if (!data || (data & kmem))
+	if (!data)
 		return 0;
-	memcg = (struct mem_cgroup *)(data & ~(nflags - 1));
+	if (bpf_core_field_exists(((struct obj_cgroup *)0)->is_root)) {
+		/* memcg_data is an obj_cgroup for every charged folio. */
+		struct obj_cgroup *objcg = (struct obj_cgroup *)(data & ~(nflags - 1));
+
+		memcg = BPF_CORE_READ(objcg, memcg);
+	} else {
+		/* 6.12: a mem_cgroup, or an obj_cgroup for kmem (not ours). */
+		if (data & kmem)
+			return 0;
+		memcg = (struct mem_cgroup *)(data & ~(nflags - 1));
+	}
+	if (!memcg)
+		return 0;
 	return BPF_CORE_READ(memcg, css.cgroup, kn, id);
+}
+
+/* The folio's flags word: a plain unsigned long on 6.12, memdesc_flags_t
+ * on later kernels. The branch not taken is removed at load (the type check
+ * is a load-time constant), so its failed relocation is never reached. */
+static __always_inline unsigned long folio_flags(struct folio *folio)
+{
+	if (bpf_core_type_exists(memdesc_flags_t)) {
+		struct folio___memdesc *f = (void *)folio;
+
+		return BPF_CORE_READ(f, flags.f);
+	}
+	return BPF_CORE_READ(folio, flags);
 }
 
 static __always_inline __u32 folio_nid(struct folio *folio)
 {
-	unsigned long flags = BPF_CORE_READ(folio, flags);
+	unsigned long flags = folio_flags(folio);
 	__u32 shift = nodes_shift;
 
 	if (shift == 0 || shift > 16)
@@ -139,11 +164,15 @@ static __always_inline __u32 folio_nid(struct folio *folio)
 
 static __always_inline __u32 folio_pages(struct folio *folio)
 {
-	unsigned long flags = BPF_CORE_READ(folio, flags);
+	unsigned long flags = folio_flags(folio);
 	__u32 head = bpf_core_enum_value(enum pageflags, PG_head);
 
-	if (flags & (1ul << head))
+	if (!(flags & (1ul << head)))
+		return 1;
+	if (bpf_core_field_exists(folio->_folio_nr_pages))
 		return BPF_CORE_READ(folio, _folio_nr_pages);
+	if (bpf_core_field_exists(((struct folio___nr *)folio)->_nr_pages))
+		return BPF_CORE_READ((struct folio___nr *)folio, _nr_pages);
 	return 1;
 }
 
@@ -213,8 +242,7 @@ int BPF_PROG(hf_prepare, struct folio *folio, struct vm_area_struct *vma, int no
 	return 0;
 }
 
-SEC("fentry/migrate_misplaced_folio")
-int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, int node)
+static __always_inline int migrate_enter(struct folio *folio)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 *a = bpf_map_lookup_elem(&fault_addr, &id);
@@ -235,8 +263,7 @@ int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, 
 	return 0;
 }
 
-SEC("fexit/migrate_misplaced_folio")
-int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, int node, int ret)
+static __always_inline int migrate_exit(int node, int ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct inflight *f = bpf_map_lookup_elem(&inflight, &id);
@@ -300,4 +327,31 @@ int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, i
 		h->cpu_ns += cpu_ns;
 	}
 	return 0;
+}
+
+/* migrate_misplaced_folio(folio, vma, node) on 6.12; later kernels dropped
+ * the vma (folio, node; 7.3 has that). A tracing program may read only the arguments the
+ * function has, so the loader keeps the pair that matches the kernel's BTF. */
+SEC("fentry/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_enter, struct folio *folio, struct vm_area_struct *vma, int node)
+{
+	return migrate_enter(folio);
+}
+
+SEC("fexit/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_exit, struct folio *folio, struct vm_area_struct *vma, int node, int ret)
+{
+	return migrate_exit(node, ret);
+}
+
+SEC("fentry/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_enter2, struct folio *folio, int node)
+{
+	return migrate_enter(folio);
+}
+
+SEC("fexit/migrate_misplaced_folio")
+int BPF_PROG(hf_migrate_exit2, struct folio *folio, int node, int ret)
+{
+	return migrate_exit(node, ret);
 }

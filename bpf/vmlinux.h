@@ -9,7 +9,7 @@
  * below are never used as written. Enums are read with bpf_core_enum_value(),
  * so their values here are placeholders checked against the kernel at load.
  * Field names as in Linux 6.12 (include/linux/mm_types.h, memcontrol.h,
- * cgroup-defs.h, kernfs.h, sched.h).
+ * cgroup-defs.h, kernfs.h, sched.h), with the 7.3 variants as ___flavours.
  */
 #ifndef TIERD_VMLINUX_H
 #define TIERD_VMLINUX_H
@@ -56,10 +56,36 @@ struct mem_cgroup {
 	struct cgroup_subsys_state css;
 };
 
+/* Kernels that charge LRU folios through an object cgroup (so that a dying
+ * memcg's folios can be reparented; 7.3 has it) point memcg_data at one,
+ * and their obj_cgroup has `is_root`, which the older one (kmem objects
+ * only) lacks. */
+struct obj_cgroup {
+	struct mem_cgroup *memcg;
+	bool is_root;
+};
+
 struct folio {
 	unsigned long flags;
 	unsigned long memcg_data;
 	unsigned int _folio_nr_pages;
+};
+
+/* Later kernels (7.3 has it) wrap the page and folio flags in a struct,
+ * include/linux/mm_types.h memdesc_flags_t: the same word, another type, so
+ * the plain `flags` relocation fails there. A second flavour of struct
+ * folio (libbpf drops the ___suffix when matching) reads it. */
+typedef struct {
+	unsigned long f;
+} memdesc_flags_t;
+
+struct folio___memdesc {
+	memdesc_flags_t flags;
+};
+
+/* ... and name the folio's page count `_nr_pages` (6.12: `_folio_nr_pages`). */
+struct folio___nr {
+	unsigned int _nr_pages;
 };
 
 struct sched_entity {

@@ -111,3 +111,14 @@ hot_set_on_node1() {
     echo 0-1 > $CG/tenants.slice/a/cpuset.mems
     emit_node tenants.slice/a
 }
+
+# damon_stat_off: stops DAMON_STAT's exclusive kdamond where the kernel runs
+# one (Linux 6.17+, on from boot on 7.x), as an operator does before tierd
+# may use DAMON (tierd never stops kdamonds it did not create). Prints
+# `DAMON_STAT was Y` when it did.
+damon_stat_off() {
+    local s=/sys/module/damon_stat/parameters/enabled
+    if [ -f $s ] && [ "$(cat $s)" = Y ]; then
+        echo N > $s && echo "DAMON_STAT was Y"
+    fi
+}

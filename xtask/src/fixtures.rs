@@ -1,5 +1,5 @@
-//! `cargo xtask fixtures`: real kernel files from the 6.12 guest, byte for byte,
-//! under `tests/fixtures/linux-6.12/<absolute guest path>`.
+//! `cargo xtask fixtures [--kernel 7.3]`: real kernel files from the guest,
+//! byte for byte, under `tests/fixtures/linux-<kernel>/<absolute guest path>`.
 //!
 //! sysfs/procfs files report a size that has nothing to do with their contents,
 //! so the guest first copies each file with `cat` (which reads until EOF), then
@@ -51,6 +51,10 @@ echo 1 > $D/0/contexts/nr_contexts
 echo 1 > $D/0/contexts/0/targets/nr_targets
 echo 1 > $D/0/contexts/0/schemes/nr_schemes
 echo 1 > $D/0/contexts/0/schemes/0/filters/nr_filters
+# 6.15 and later: DAMOS filters also under core_filters/ and ops_filters/.
+for f in core_filters ops_filters; do
+    [ -d $D/0/contexts/0/schemes/0/$f ] && echo 1 > $D/0/contexts/0/schemes/0/$f/nr_filters
+done
 echo 1 > $D/0/contexts/0/schemes/0/quotas/goals/nr_goals
 
 OUT=/tmp/cap
@@ -82,6 +86,10 @@ cap /sys/kernel/mm/numa/demotion_enabled
 cap /proc/sys/kernel/numa_balancing /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
 cap /proc/meminfo /proc/vmstat /proc/pressure/memory /proc/zoneinfo
 cap $(find /sys/kernel/mm/damon/admin/ -type f)
+# DAMON_STAT (6.17 and later; runs from boot on 7.x), MGLRU's generations.
+[ -d /sys/module/damon_stat ] && cap $(find /sys/module/damon_stat/parameters -type f)
+cap /sys/kernel/mm/lru_gen/enabled /sys/kernel/debug/lru_gen
+[ -d /sys/kernel/mm/mempolicy ] && cap $(find /sys/kernel/mm/mempolicy -type f)
 
 echo "UNAME $(uname -r)"
 echo "FILES $(find $OUT -type f | wc -l)"
@@ -115,7 +123,7 @@ pub fn capture(assets: &testbed::Assets, mut cfg: testbed::VmConfig) -> Result<(
         .lines()
         .filter(|l| l.starts_with("anon N0=") || l.starts_with("file N0="))
         .collect();
-    let root = testbed::workspace_root().join("tests/fixtures/linux-6.12");
+    let root = testbed::workspace_root().join(format!("tests/fixtures/linux-{}", cfg.kernel));
     if root.exists() {
         fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
     }
@@ -144,7 +152,7 @@ pub fn capture(assets: &testbed::Assets, mut cfg: testbed::VmConfig) -> Result<(
         "# Kernel files from the emulated CXL host\n\n\
          Captured byte for byte by `cargo xtask fixtures` (xtask/src/fixtures.rs,\n\
          which also holds the exact guest script) from a guest booted by\n\
-         `tests/testbed`: kernel `{uname}` (Debian's 6.12 cloud kernel), QEMU {qemu}\n\
+         `tests/testbed`: kernel `{uname}` (Debian's {kernel} cloud kernel), QEMU {qemu}\n\
          (TCG), {cpus} vCPUs, node 0 = {dram} MiB DRAM with the CPUs, node 1 =\n\
          {cxl} MiB CPU-less memory with HMAT 250 ns / 76 GB/s against 130 ns /\n\
          614 GB/s, so node 1 sits in a lower memory tier.\n\n\
@@ -161,6 +169,7 @@ pub fn capture(assets: &testbed::Assets, mut cfg: testbed::VmConfig) -> Result<(
          left out.\n\n\
          Files ({n}):\n\n{list}\n",
         qemu = assets.qemu_version,
+        kernel = cfg.kernel,
         numa = numa.join("`, `"),
         cpus = cfg.cpus,
         dram = cfg.dram_mib,

@@ -20,6 +20,8 @@
 //!     quotas/weights/{sz_permil,nr_accesses_permil,age_permil}
 //!     watermarks/{metric,interval_us,high,mid,low}
 //!     filters/nr_filters, filters/<F>/{type,matching,memcg_path,addr_start,addr_end,damon_target_idx}
+//!     (6.15+: core_filters/ for addr and target, ops_filters/ for anon,
+//!     memcg and young, same files; filters/ deprecated)
 //!     stats/{nr_tried,sz_tried,nr_applied,sz_applied,qt_exceeds}
 //!     tried_regions/{total_bytes,<N>/{start,end,nr_accesses,age}}
 //! ```
@@ -109,6 +111,10 @@ pub enum Error {
     /// A kdamond that tierd did not create is in the way.
     #[error("{}: kdamond not created by tierd: {detail}", path.display())]
     Foreign { path: PathBuf, detail: String },
+    /// DAMON_STAT's kdamond runs, and it runs exclusively: the kernel
+    /// refuses to start any other kdamond (EBUSY on `state`) until it stops.
+    #[error("{} is Y: the kernel's DAMON_STAT module runs an exclusive kdamond (Linux 6.17 and later; on by default on 7.x kernels), so no other kdamond can start; tierd does not stop kdamonds it did not create. Write N there (or boot with damon_stat.enabled=N) to let tierd use DAMON, or set hotness.source = \"off\"", path.display())]
+    HeldByDamonStat { path: PathBuf },
     /// The kernel kept answering EBUSY.
     #[error("{}: device or resource busy after {BUSY_ATTEMPTS} attempts (another DAMON user, e.g. damo, holds the sysfs lock, or a kdamond is running); retry later", path.display())]
     Busy { path: PathBuf },
@@ -282,6 +288,15 @@ pub enum FilterKind {
     Addr { start: u64, end: u64 },
     /// The DAMON target with this index (position in `targets/`).
     Target(u32),
+}
+
+impl FilterKind {
+    /// Whether DAMON's core evaluates this filter (`addr`, `target`) rather
+    /// than the operations set (`anon`, `memcg`, `young`): where a 6.15+
+    /// kernel wants it, `core_filters/` or `ops_filters/`.
+    pub fn is_core_layer(&self) -> bool {
+        matches!(self, FilterKind::Addr { .. } | FilterKind::Target(_))
+    }
 }
 
 /// A DAMOS filter. 6.12 semantics: the scheme skips memory for which
@@ -474,10 +489,28 @@ impl Damon {
         self.root.join("kdamonds/nr_kdamonds")
     }
 
+    /// DAMON_STAT's `enabled` parameter beside this tree:
+    /// `<sys>/module/damon_stat/parameters/enabled`, where `<sys>` is four
+    /// levels above `<root>` (`<sys>/kernel/mm/damon/admin`), so that a
+    /// fixture tree carries its own.
+    pub fn damon_stat_enabled_path(&self) -> PathBuf {
+        let sys = self.root.ancestors().nth(4).unwrap_or(Path::new("/sys"));
+        sys.join("module/damon_stat/parameters/enabled")
+    }
+
+    /// Whether DAMON_STAT's exclusive kdamond runs (its `enabled` parameter
+    /// reads `Y`); false where the kernel has no DAMON_STAT (before 6.17,
+    /// or built without it).
+    pub fn damon_stat_running(&self) -> bool {
+        fs::read_to_string(self.damon_stat_enabled_path()).is_ok_and(|v| v.trim() == "Y")
+    }
+
     /// Checks that `<root>` exists and `kdamonds/nr_kdamonds` is readable.
     ///
     /// Errors: [`Error::Unavailable`] with the likely cause (kernel built
-    /// without `CONFIG_DAMON_SYSFS`, sysfs not mounted, not root).
+    /// without `CONFIG_DAMON_SYSFS`, sysfs not mounted, not root);
+    /// [`Error::HeldByDamonStat`] while DAMON_STAT's exclusive kdamond runs
+    /// (mm/damon/stat.c starts it with `damon_start(..., exclusive = true)`).
     pub fn check_available(&self) -> Result<(), Error> {
         if !self.root.is_dir() {
             let detail = if Path::new("/sys/kernel/mm").is_dir()
@@ -494,14 +527,18 @@ impl Damon {
         }
         let p = self.nr_kdamonds_path();
         match fs::read_to_string(&p) {
-            Ok(s) => s
-                .trim()
-                .parse::<usize>()
-                .map(|_| ())
-                .map_err(|_| Error::Parse {
+            Ok(s) => {
+                s.trim().parse::<usize>().map_err(|_| Error::Parse {
                     path: p,
                     value: s.trim().into(),
-                }),
+                })?;
+                if self.damon_stat_running() {
+                    return Err(Error::HeldByDamonStat {
+                        path: self.damon_stat_enabled_path(),
+                    });
+                }
+                Ok(())
+            }
             Err(e) => Err(Error::Unavailable {
                 path: p,
                 detail: format!("{e}{}", io_hint(&e)),
@@ -809,32 +846,20 @@ impl Damon {
         write_busy(&w.join("age_permil"), &s.quota.age_permil.to_string(), b)?;
         write_count(&q.join("goals/nr_goals"), 0, b)?;
         write_busy(&d.join("watermarks/metric"), "none", b)?;
-        let fs_ = d.join("filters");
-        write_count(&fs_.join("nr_filters"), s.filters.len(), b)?;
-        for (i, f) in s.filters.iter().enumerate() {
-            let fd = fs_.join(i.to_string());
-            let ty = match &f.kind {
-                FilterKind::Anon => "anon",
-                FilterKind::Memcg(_) => "memcg",
-                FilterKind::Young => "young",
-                FilterKind::Addr { .. } => "addr",
-                FilterKind::Target(_) => "target",
-            };
-            write_busy(&fd.join("type"), ty, b)?;
-            write_busy(&fd.join("matching"), if f.matching { "Y" } else { "N" }, b)?;
-            match &f.kind {
-                // No trailing newline: 6.12 stores memcg_path verbatim, and a
-                // newline would make it match no cgroup.
-                FilterKind::Memcg(p) => write_busy(&fd.join("memcg_path"), p, b)?,
-                FilterKind::Addr { start, end } => {
-                    write_busy(&fd.join("addr_start"), &start.to_string(), b)?;
-                    write_busy(&fd.join("addr_end"), &end.to_string(), b)?;
-                }
-                FilterKind::Target(t) => {
-                    write_busy(&fd.join("damon_target_idx"), &t.to_string(), b)?
-                }
-                FilterKind::Anon | FilterKind::Young => {}
-            }
+        // 6.15 and later split the filters by the layer that evaluates
+        // them (`core_filters/`: addr, target; `ops_filters/`: anon, memcg,
+        // young; Documentation/admin-guide/mm/damon/usage.rst) and keep the
+        // mixed `filters/` only as a deprecated alias: where the split
+        // directories exist the filters go there and `filters/` is emptied.
+        if d.join("core_filters").is_dir() && d.join("ops_filters").is_dir() {
+            write_count(&d.join("filters/nr_filters"), 0, b)?;
+            let (core, ops): (Vec<&Filter>, Vec<&Filter>) =
+                s.filters.iter().partition(|f| f.kind.is_core_layer());
+            write_filters(&d.join("core_filters"), &core, b)?;
+            write_filters(&d.join("ops_filters"), &ops, b)?;
+        } else {
+            let all: Vec<&Filter> = s.filters.iter().collect();
+            write_filters(&d.join("filters"), &all, b)?;
         }
         Ok(())
     }
@@ -1000,6 +1025,37 @@ impl Damon {
         *self.record.lock().unwrap_or_else(|e| e.into_inner()) = StateRecord::default();
         Ok(())
     }
+}
+
+/// Writes `filters` into a filters directory (`filters/`, `core_filters/`
+/// or `ops_filters/`): the count, then each filter's type, `matching` and
+/// argument files.
+fn write_filters(dir: &Path, filters: &[&Filter], b: Duration) -> Result<(), Error> {
+    write_count(&dir.join("nr_filters"), filters.len(), b)?;
+    for (i, f) in filters.iter().enumerate() {
+        let fd = dir.join(i.to_string());
+        let ty = match &f.kind {
+            FilterKind::Anon => "anon",
+            FilterKind::Memcg(_) => "memcg",
+            FilterKind::Young => "young",
+            FilterKind::Addr { .. } => "addr",
+            FilterKind::Target(_) => "target",
+        };
+        write_busy(&fd.join("type"), ty, b)?;
+        write_busy(&fd.join("matching"), if f.matching { "Y" } else { "N" }, b)?;
+        match &f.kind {
+            // No trailing newline: 6.12 stores memcg_path verbatim, and a
+            // newline would make it match no cgroup.
+            FilterKind::Memcg(p) => write_busy(&fd.join("memcg_path"), p, b)?,
+            FilterKind::Addr { start, end } => {
+                write_busy(&fd.join("addr_start"), &start.to_string(), b)?;
+                write_busy(&fd.join("addr_end"), &end.to_string(), b)?;
+            }
+            FilterKind::Target(t) => write_busy(&fd.join("damon_target_idx"), &t.to_string(), b)?,
+            FilterKind::Anon | FilterKind::Young => {}
+        }
+    }
+    Ok(())
 }
 
 /// Reads one scheme's `tried_regions/` directory: every numeric entry (the

@@ -10,9 +10,11 @@
 //! Rust views are the skeleton's generated `types`, decoded here from the raw
 //! map bytes.
 //!
-//! Attach points (Linux 6.12 with BTF; `do_numa_page` is inlined and cannot be
+//! Attach points (Linux 6.12 and 7.3 with BTF; `do_numa_page` is inlined and cannot be
 //! attached, see docs/NOTES.md "The eBPF hint-fault probe"): fexit `numa_migrate_check`, fexit
-//! `migrate_misplaced_folio_prepare`, fentry+fexit `migrate_misplaced_folio`.
+//! `migrate_misplaced_folio_prepare`, fentry+fexit `migrate_misplaced_folio`
+//! (three parameters on 6.12, two on 7.3: the pair of programs that matches
+//! the kernel's BTF is loaded).
 //! `numa_migrate_check` is required; the others are attached when the kernel
 //! has them, and [`HintFaultProbe::attached`] says which.
 //!
@@ -300,6 +302,19 @@ fn btf_has_function(btf: &libbpf_rs::btf::Btf<'_>, name: &str) -> bool {
         .is_some()
 }
 
+/// How many parameters kernel function `name` takes per BTF (`None` when
+/// it is not there). A tracing program may read only the arguments the
+/// function has (the verifier rejects the load otherwise), so where a
+/// signature changed between kernels the loader keeps the matching program.
+fn btf_function_params(btf: &libbpf_rs::btf::Btf<'_>, name: &str) -> Option<usize> {
+    use libbpf_rs::btf::types::{Func, FuncProto};
+    use libbpf_rs::btf::ReferencesType;
+    let f = btf.type_by_name::<Func<'_>>(name)?;
+    FuncProto::try_from(f.referenced_type())
+        .ok()
+        .map(|p| p.len())
+}
+
 /// One successful NUMA-balancing migration (`struct hf_promotion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PromotionEvent {
@@ -391,6 +406,9 @@ impl HintFaultProbe {
             .iter()
             .map(|f| btf_has_function(&btf, f))
             .collect();
+        // migrate_misplaced_folio(folio, vma, node) on 6.12, (folio, node)
+        // on later kernels.
+        let migrate_params = btf_function_params(&btf, OPTIONAL_FUNCTIONS[1]);
         drop(btf);
 
         // The skeleton borrows its object storage for its whole life; the
@@ -409,11 +427,23 @@ impl HintFaultProbe {
         } else {
             attached.push(OPTIONAL_FUNCTIONS[0]);
         }
-        if !has[1] {
-            open.progs.hf_migrate_enter.set_autoload(false);
-            open.progs.hf_migrate_exit.set_autoload(false);
-        } else {
+        let (three, two) = match migrate_params {
+            Some(3) => (true, false),
+            Some(2) => (false, true),
+            _ => (false, false),
+        };
+        open.progs.hf_migrate_enter.set_autoload(three);
+        open.progs.hf_migrate_exit.set_autoload(three);
+        open.progs.hf_migrate_enter2.set_autoload(two);
+        open.progs.hf_migrate_exit2.set_autoload(two);
+        if three || two {
             attached.push(OPTIONAL_FUNCTIONS[1]);
+        } else if has[1] {
+            tracing::warn!(
+                params = ?migrate_params,
+                "{}: a signature the probe does not know; promotions are counted from memory.stat only",
+                OPTIONAL_FUNCTIONS[1]
+            );
         }
         let mut skel = open.load().map_err(|e| libbpf_err("load", e))?;
         skel.attach().map_err(|e| libbpf_err("attach", e))?;
@@ -472,6 +502,8 @@ impl HintFaultProbe {
             &p.hf_prepare,
             &p.hf_migrate_enter,
             &p.hf_migrate_exit,
+            &p.hf_migrate_enter2,
+            &p.hf_migrate_exit2,
         ]
         .iter()
         .filter(|p| p.autoload())

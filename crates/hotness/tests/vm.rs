@@ -1,5 +1,6 @@
-//! DAMON in the emulated CXL host (QEMU TCG, Debian's 6.12 kernel): the
-//! `damon-heat` tool against two `tierload hotset` processes.
+//! DAMON in the emulated CXL host (QEMU TCG, Debian's 6.12 or 7.3 kernel):
+//! the `damon-heat` tool against two `tierload hotset` processes (on 7.x
+//! after DAMON_STAT's exclusive kdamond is stopped, as an operator does).
 //!
 //! Needs the release binaries `tierload` and `damon-heat` (`cargo build
 //! --release -p tierload -p hotness`) and the testbed (`cargo xtask setup`);
@@ -33,6 +34,7 @@ fn damon_heat_sees_each_hot_set() {
     };
     let script = r#"
 . /tests/lib.sh
+damon_stat_off
 mkcg t/a; mkcg t/b
 PA=$(start_in t/a tierload --size-mib 64 --report-s 0 hotset --hot-mib 16)
 PB=$(start_in t/b tierload --size-mib 96 --report-s 0 hotset --hot-mib 48)

@@ -1247,6 +1247,7 @@ fn damos_mover_promotes_hot_set_within_budget() {
 fn promotes_hot_set_within_budget(mover: &str) {
     let script = r#"
 . /tests/lib.sh
+damon_stat_off
 hot_set_on_node1
 cat > /tmp/t.toml <<'EOF'
 [daemon]
@@ -1823,13 +1824,32 @@ echo "PHASE stopped"; kdamonds
 /// tierd's kdamonds are gone after it stops; after `kill -9` they keep
 /// running, and a restarted tierd adopts them (no second set). A kdamond
 /// tierd did not create is never touched: tierd runs without DAMON and says
-/// why.
+/// why. On a kernel whose DAMON_STAT runs (7.x), tierd first runs beside
+/// it: DAMON off with the reason in `/status` and one log line, DAMON_STAT
+/// left on; the script then turns DAMON_STAT off, as an operator would.
 #[test]
 fn kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched() {
     let g = boot(
         &[
             DAMON_TENANT,
-            r#"tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
+            // Linux 6.17+ (7.x: on from boot): DAMON_STAT's exclusive
+            // kdamond. tierd must say why DAMON is off, run on usage
+            // demand, and leave it running; the operator then stops it.
+            r#"S=/sys/module/damon_stat/parameters/enabled
+if [ -f $S ] && [ "$(cat $S)" = Y ]; then
+    tierd --config /tmp/t.toml run > /tmp/tierd0.log 2>&1 &
+    T=$!
+    wait_http 30 || exit 1
+    wait_cycles 2
+    echo "PHASE damon_stat"; emit_status
+    kill -TERM $T; wait $T
+    echo "DAMON_STAT_AFTER $(cat $S)"
+    grep -c damon_stat /tmp/tierd0.log | sed 's/^/DAMON_STAT_LOGGED /'
+    echo N > $S
+else
+    echo "NO_DAMON_STAT"
+fi
+tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
 T=$!
 wait_http 30 || exit 1
 sleep 3
@@ -1864,6 +1884,27 @@ grep -i damon /tmp/tierd3.log | head -3
         600,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
+    let st = statuses(&g.output);
+    // Which kernel this is decides the first phase; each path is checked.
+    let st = if g.output.contains("NO_DAMON_STAT") {
+        assert!(!g.output.contains("PHASE damon_stat"), "{}", g.output);
+        st
+    } else {
+        let held = &st[0];
+        assert!(
+            held.hotness.starts_with("usage (") && held.hotness.contains("damon_stat"),
+            "status should say DAMON_STAT holds DAMON: {}",
+            held.hotness
+        );
+        assert!(
+            g.output.contains("DAMON_STAT_AFTER Y"),
+            "tierd stopped DAMON_STAT:\n{}",
+            g.output
+        );
+        // Said once when it gave up, not once per cycle.
+        assert!(g.output.contains("DAMON_STAT_LOGGED 1"), "{}", g.output);
+        st[1..].to_vec()
+    };
     let after = |phase: &str| -> String {
         let mut lines = g
             .output
@@ -1887,7 +1928,6 @@ grep -i damon /tmp/tierd3.log | head -3
         "the foreign kdamond was modified:\n{}",
         g.output
     );
-    let st = statuses(&g.output);
     assert!(
         st[0].hotness == "damon" && st[0].damon_targets == 1,
         "{:?}",

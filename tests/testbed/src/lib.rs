@@ -25,8 +25,8 @@ mod setup;
 pub mod soak;
 mod vm;
 
-pub use setup::{setup, Assets, KERNEL_META_PACKAGE, MIN_QEMU_MAJOR};
-pub use vm::{run, VmConfig, VmOutput};
+pub use setup::{setup, setup_kernel, Assets, GuestKernel, KERNEL_META_PACKAGE, MIN_QEMU_MAJOR};
+pub use vm::{run, LowerTier, VmConfig, VmOutput, CXL_MODULES};
 
 /// Everything that can go wrong preparing or running a guest.
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,11 @@
 //! Host preparation: QEMU 10, busybox-static and cpio from apt, and Debian's
-//! 6.12 cloud kernel extracted (not installed) into the cache directory.
+//! cloud kernels (6.12 from bookworm-backports, 7.3 from trixie-backports)
+//! extracted (not installed) into the cache directory.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::str::FromStr;
 
 use crate::{cache_dir, Error, Result};
 
@@ -13,6 +15,67 @@ pub const KERNEL_META_PACKAGE: &str = "linux-image-6.12-cloud-amd64";
 pub const MIN_QEMU_MAJOR: u32 = 10;
 
 const SOURCES_FILE: &str = "/etc/apt/sources.list.d/tierd-backports.sources";
+
+/// A guest kernel the testbed boots. Both are Debian cloud kernels with
+/// DAMON, BTF, HMAT and the CXL drivers; they differ where tierd looks
+/// (DAMON sysfs layout, `damon_stat`, quota goals, memcg counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GuestKernel {
+    /// Debian's 6.12 cloud kernel from bookworm-backports (the default).
+    #[default]
+    Linux6_12,
+    /// Debian's 7.3 cloud kernel from trixie-backports, fetched with an apt
+    /// state of its own under the cache: the host's apt sources never get a
+    /// trixie suite (later installs would upgrade the host to trixie).
+    Linux7_3,
+}
+
+impl GuestKernel {
+    /// Every kernel the testbed knows.
+    pub const ALL: [GuestKernel; 2] = [GuestKernel::Linux6_12, GuestKernel::Linux7_3];
+
+    /// The short name used on command lines and in tables: "6.12", "7.3".
+    pub fn name(self) -> &'static str {
+        match self {
+            GuestKernel::Linux6_12 => "6.12",
+            GuestKernel::Linux7_3 => "7.3",
+        }
+    }
+
+    /// The kernel `$TIERD_KERNEL` names ("6.12" or "7.3"), else 6.12.
+    ///
+    /// Errors: the variable holds anything else (the message names it).
+    pub fn from_env() -> std::result::Result<GuestKernel, String> {
+        match std::env::var("TIERD_KERNEL") {
+            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("TIERD_KERNEL: {e}")),
+            _ => Ok(GuestKernel::default()),
+        }
+    }
+
+    /// The file under `<cache>/kernel/` naming the extracted release.
+    fn marker(self) -> &'static str {
+        match self {
+            GuestKernel::Linux6_12 => "current",
+            GuestKernel::Linux7_3 => "current-7.3",
+        }
+    }
+}
+
+impl FromStr for GuestKernel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        GuestKernel::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| format!("unknown kernel {s:?} (known: 6.12, 7.3)"))
+    }
+}
+
+impl std::fmt::Display for GuestKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Everything a guest needs, found on the host and in the cache.
 #[derive(Debug, Clone)]
@@ -25,22 +88,33 @@ pub struct Assets {
     pub qemu_version: String,
     /// A statically linked busybox.
     pub busybox: PathBuf,
+    /// Which kernel these assets boot.
+    pub kernel: GuestKernel,
     /// The guest kernel's release (`uname -r` in the guest), e.g. "6.12.117+deb12-cloud-amd64".
     pub kernel_release: String,
-    /// The kernel image (`boot/vmlinuz-<release>` inside the extracted package).
+    /// The kernel image (`boot/vmlinuz-<release>`, or
+    /// `usr/lib/modules/<release>/vmlinuz.unsigned` in trixie's packages).
     pub vmlinuz: PathBuf,
-    /// `lib/modules/<release>` inside the extracted package (modules are `.ko.xz`).
+    /// `[usr/]lib/modules/<release>` inside the extracted packages (modules
+    /// are `.ko.xz`).
     pub modules_dir: PathBuf,
     /// What [`setup`] did, one line each (empty when everything was present).
     pub actions: Vec<String>,
 }
 
 impl Assets {
-    /// Finds the assets without installing or downloading anything.
+    /// Finds the assets for the default kernel (6.12) without installing or
+    /// downloading anything; see [`Assets::find_for`].
+    pub fn find() -> Result<Assets> {
+        Assets::find_for(GuestKernel::default())
+    }
+
+    /// Finds the assets for `kernel` without installing or downloading
+    /// anything.
     ///
     /// Errors: [`Error::NotSetUp`] naming what is missing (QEMU, its version,
     /// busybox-static or the kernel).
-    pub fn find() -> Result<Assets> {
+    pub fn find_for(kernel: GuestKernel) -> Result<Assets> {
         let cache = cache_dir();
         let qemu = which("qemu-system-x86_64").ok_or_else(|| Error::NotSetUp {
             what: "qemu-system-x86_64 is not on PATH".into(),
@@ -54,24 +128,19 @@ impl Assets {
         let busybox = static_busybox().ok_or_else(|| Error::NotSetUp {
             what: "no statically linked busybox (package busybox-static)".into(),
         })?;
-        let (kernel_release, root) = current_kernel(&cache).ok_or_else(|| Error::NotSetUp {
-            what: format!(
-                "no kernel extracted under {}",
-                cache.join("kernel").display()
-            ),
-        })?;
-        let vmlinuz = root.join("boot").join(format!("vmlinuz-{kernel_release}"));
-        if !vmlinuz.is_file() {
-            return Err(Error::NotSetUp {
-                what: format!("{} is missing", vmlinuz.display()),
-            });
-        }
-        let modules_dir = root.join("lib/modules").join(&kernel_release);
+        let (kernel_release, vmlinuz, modules_dir) =
+            current_kernel(&cache, kernel).ok_or_else(|| Error::NotSetUp {
+                what: format!(
+                    "no {kernel} kernel extracted under {} (`cargo xtask setup --kernel {kernel}`)",
+                    cache.join("kernel").display()
+                ),
+            })?;
         Ok(Assets {
             cache,
             qemu,
             qemu_version,
             busybox,
+            kernel,
             kernel_release,
             vmlinuz,
             modules_dir,
@@ -223,7 +292,7 @@ pub fn setup() -> Result<Assets> {
         actions.push(format!("apt-get installed {}", missing.join(" ")));
     }
 
-    if current_kernel(&cache).is_none() {
+    if current_kernel(&cache, GuestKernel::Linux6_12).is_none() {
         let pkg = match kernel_package() {
             Ok(p) => p,
             Err(_) if !updated => {
@@ -243,6 +312,153 @@ pub fn setup() -> Result<Assets> {
     let mut assets = Assets::find()?;
     assets.actions = actions;
     Ok(assets)
+}
+
+/// [`setup`], then the assets of `kernel`, downloading it when it is not in
+/// the cache: 7.3 from trixie-backports through an apt state of its own
+/// (`<cache>/apt-trixie-backports`: its own sources list, lists and
+/// archives; the suite is never added to the host's sources), the newest
+/// `linux-binary-unsigned-7.3.*-cloud-amd64` and its `linux-modules-*`,
+/// unpacked with `dpkg-deb -x`.
+///
+/// Errors: as [`setup`]; apt failures, or no 7.3 cloud kernel in the suite.
+pub fn setup_kernel(kernel: GuestKernel) -> Result<Assets> {
+    let base = setup()?;
+    if kernel == GuestKernel::Linux6_12 {
+        return Ok(base);
+    }
+    let mut actions = base.actions;
+    if current_kernel(&base.cache, kernel).is_none() {
+        let release = fetch_trixie_kernel(&base.cache, "7.3.")?;
+        actions.push(format!(
+            "downloaded Linux {release} from trixie-backports (apt state in {})",
+            base.cache.join("apt-trixie-backports").display()
+        ));
+        fs::write(
+            base.cache.join("kernel").join(kernel.marker()),
+            format!("{release}\n"),
+        )
+        .map_err(|e| Error::io(&base.cache.join("kernel"), e))?;
+    }
+    let mut assets = Assets::find_for(kernel)?;
+    assets.actions = actions;
+    Ok(assets)
+}
+
+/// The host's Debian mirror and keyring: the `URIs:`/`Signed-By:` of the
+/// first stanza of `/etc/apt/sources.list.d/debian.sources`, or the URI of
+/// the first `deb` line of `/etc/apt/sources.list` with Debian's archive
+/// keyring. No mirror is hard-coded.
+fn host_mirror() -> Result<(String, String)> {
+    const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
+    if let Ok(text) = fs::read_to_string("/etc/apt/sources.list.d/debian.sources") {
+        let stanza = text
+            .split("\n\n")
+            .find(|s| s.lines().any(|l| l.starts_with("URIs:")));
+        if let Some(stanza) = stanza {
+            let field = |k: &str| {
+                stanza
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.split_whitespace().next())
+                    .map(str::to_string)
+            };
+            if let Some(uri) = field("URIs:") {
+                return Ok((uri, field("Signed-By:").unwrap_or_else(|| KEYRING.into())));
+            }
+        }
+    }
+    let list = fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    list.lines()
+        .filter(|l| l.trim_start().starts_with("deb "))
+        .find_map(|l| l.split_whitespace().find(|w| w.contains("://")))
+        .map(|uri| (uri.to_string(), KEYRING.to_string()))
+        .ok_or_else(|| Error::NotSetUp {
+            what: "no Debian apt source on the host to take the mirror from".into(),
+        })
+}
+
+/// Downloads the newest trixie-backports cloud kernel whose release starts
+/// with `prefix` ("7.3.") and its modules into `<cache>/kernel/<release>`
+/// through an apt state of its own; returns the release.
+fn fetch_trixie_kernel(cache: &Path, prefix: &str) -> Result<String> {
+    let apt = cache.join("apt-trixie-backports");
+    for d in ["lists/partial", "archives/partial", "download"] {
+        let d = apt.join(d);
+        fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+    }
+    let (uri, keyring) = host_mirror()?;
+    let list = apt.join("sources.list");
+    fs::write(
+        &list,
+        format!("deb [signed-by={keyring}] {uri} trixie-backports main\n"),
+    )
+    .map_err(|e| Error::io(&list, e))?;
+    let opts = |c: &mut Command| {
+        for (k, v) in [
+            ("Dir::Etc::SourceList", list.clone()),
+            ("Dir::Etc::SourceParts", PathBuf::from("/dev/null")),
+            ("Dir::State::Lists", apt.join("lists")),
+            ("Dir::Cache", apt.clone()),
+            ("Dir::Cache::archives", apt.join("archives")),
+            ("Dir::State::status", PathBuf::from("/dev/null")),
+        ] {
+            c.arg("-o").arg(format!("{k}={}", v.display()));
+        }
+        c.args(["-o", "APT::Sandbox::User=root"]);
+    };
+    let mut update = Command::new("apt-get");
+    opts(&mut update);
+    run_output(update.arg("update"))?;
+    let mut names = Command::new("apt-cache");
+    opts(&mut names);
+    let out = run_output(names.args(["pkgnames", "linux-binary-unsigned-"]))?;
+    let release =
+        newest_release(&String::from_utf8_lossy(&out), prefix).ok_or_else(|| Error::NotSetUp {
+            what: format!("trixie-backports has no linux-binary-unsigned-{prefix}*-cloud-amd64"),
+        })?;
+    let dl = apt.join("download");
+    let _ = fs::remove_dir_all(&dl);
+    fs::create_dir_all(&dl).map_err(|e| Error::io(&dl, e))?;
+    let mut download = Command::new("apt-get");
+    opts(&mut download);
+    run_output(
+        download
+            .arg("download")
+            .arg(format!("linux-binary-unsigned-{release}"))
+            .arg(format!("linux-modules-{release}"))
+            .current_dir(&dl),
+    )?;
+    let kdir = cache.join("kernel");
+    let tmp = kdir.join(format!("{release}.tmp"));
+    let dest = kdir.join(&release);
+    let _ = fs::remove_dir_all(&tmp);
+    let _ = fs::remove_dir_all(&dest);
+    for deb in fs::read_dir(&dl).map_err(|e| Error::io(&dl, e))?.flatten() {
+        if deb.path().extension().is_some_and(|e| e == "deb") {
+            run_output(Command::new("dpkg-deb").arg("-x").arg(deb.path()).arg(&tmp))?;
+        }
+    }
+    fs::rename(&tmp, &dest).map_err(|e| Error::io(&dest, e))?;
+    let _ = fs::remove_dir_all(&dl);
+    Ok(release)
+}
+
+/// The newest `<release>` among `linux-binary-unsigned-<release>` package
+/// names whose release starts with `prefix` and ends in `-cloud-amd64`,
+/// compared by the numbers of its version ("7.3.10" > "7.3.4").
+fn newest_release(pkgnames: &str, prefix: &str) -> Option<String> {
+    let key = |r: &str| -> Vec<u64> {
+        r.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    pkgnames
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("linux-binary-unsigned-"))
+        .filter(|r| r.starts_with(prefix) && r.ends_with("-cloud-amd64"))
+        .max_by_key(|r| key(r))
+        .map(str::to_string)
 }
 
 fn require_root(what: &str) -> Result<()> {
@@ -393,18 +609,33 @@ fn extract_kernel(cache: &Path, pkg: &str) -> Result<String> {
     Ok(release)
 }
 
-/// The kernel named by `<cache>/kernel/current`: (release, extracted root).
-fn current_kernel(cache: &Path) -> Option<(String, PathBuf)> {
+/// The `kernel` named by its marker under `<cache>/kernel/`: (release,
+/// vmlinuz, modules directory) inside the extracted packages. Bookworm's
+/// image has `boot/vmlinuz-<release>` and `lib/modules/<release>`;
+/// trixie's `usr/lib/modules/<release>/vmlinuz.unsigned` beside the modules.
+fn current_kernel(cache: &Path, kernel: GuestKernel) -> Option<(String, PathBuf, PathBuf)> {
     let kdir = cache.join("kernel");
-    let release = fs::read_to_string(kdir.join("current"))
+    let release = fs::read_to_string(kdir.join(kernel.marker()))
         .ok()?
         .trim()
         .to_string();
     let root = kdir.join(&release);
-    root.join("boot")
-        .join(format!("vmlinuz-{release}"))
-        .is_file()
-        .then_some((release, root))
+    let vmlinuz = [
+        root.join("boot").join(format!("vmlinuz-{release}")),
+        root.join("usr/lib/modules")
+            .join(&release)
+            .join("vmlinuz.unsigned"),
+        root.join("usr/lib/modules").join(&release).join("vmlinuz"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())?;
+    let modules = [
+        root.join("lib/modules").join(&release),
+        root.join("usr/lib/modules").join(&release),
+    ]
+    .into_iter()
+    .find(|p| p.is_dir())?;
+    Some((release, vmlinuz, modules))
 }
 
 fn qemu_version(qemu: &Path) -> Result<String> {
@@ -494,6 +725,31 @@ mod tests {
             "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\n\
              Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
         );
+    }
+
+    #[test]
+    fn newest_trixie_cloud_release_is_picked_by_version_numbers() {
+        let names = "linux-binary-unsigned-7.2.12+deb13-cloud-amd64\n\
+                     linux-binary-unsigned-7.3.4+deb13-cloud-amd64\n\
+                     linux-binary-unsigned-7.3.10+deb13-cloud-amd64\n\
+                     linux-binary-unsigned-7.3.11+deb13-amd64\n\
+                     linux-binary-7.3.12+deb13-cloud-amd64\n";
+        assert_eq!(
+            newest_release(names, "7.3.").as_deref(),
+            Some("7.3.10+deb13-cloud-amd64")
+        );
+        assert_eq!(newest_release(names, "7.4."), None);
+    }
+
+    #[test]
+    fn kernel_names_parse_both_ways() {
+        for k in GuestKernel::ALL {
+            assert_eq!(k.name().parse::<GuestKernel>(), Ok(k));
+        }
+        assert!("6.1"
+            .parse::<GuestKernel>()
+            .unwrap_err()
+            .contains("6.12, 7.3"));
     }
 
     #[test]

@@ -8,14 +8,86 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::setup::Assets;
+use crate::setup::{Assets, GuestKernel};
 use crate::{initramfs, Error, Result};
 
+/// What the guest's lower (CPU-less) tier is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LowerTier {
+    /// A plain memory backend on NUMA node 1 whose HMAT latency and
+    /// bandwidth (250 ns / 76 GB/s against 130 ns / 614 GB/s) put it in a
+    /// lower memory tier. As fast as DRAM under emulation.
+    #[default]
+    Hmat,
+    /// A CXL Type-3 volatile memory device behind a CXL host bridge and
+    /// root port, brought up the way production CXL memory is: `cxl_acpi →
+    /// cxl_pci → cxl_mem`, a RAM region committed on root decoder
+    /// `decoder0.0`, `dax_cxl → kmem`, onlined movable as a CPU-less node
+    /// whose tier comes from the device's CDAT. Every access goes through
+    /// QEMU's MMIO path: about 5 MB/s against 1.2 GB/s on DRAM.
+    Cxl,
+}
+
+impl LowerTier {
+    /// Both kinds.
+    pub const ALL: [LowerTier; 2] = [LowerTier::Hmat, LowerTier::Cxl];
+
+    /// "hmat" or "cxl".
+    pub fn name(self) -> &'static str {
+        match self {
+            LowerTier::Hmat => "hmat",
+            LowerTier::Cxl => "cxl",
+        }
+    }
+
+    /// The kind `$TIERD_LOWER` names ("hmat" or "cxl"), else HMAT.
+    ///
+    /// Errors: the variable holds anything else (the message names it).
+    pub fn from_env() -> std::result::Result<LowerTier, String> {
+        match std::env::var("TIERD_LOWER") {
+            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("TIERD_LOWER: {e}")),
+            _ => Ok(LowerTier::default()),
+        }
+    }
+}
+
+impl std::str::FromStr for LowerTier {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        LowerTier::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| format!("unknown lower tier {s:?} (known: hmat, cxl)"))
+    }
+}
+
+impl std::fmt::Display for LowerTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kernel modules of the CXL memory path, in load order (busybox
+/// `insmod` resolves no dependencies; `cxl_core` and `cxl_port` are built in
+/// on Debian's cloud kernels).
+pub const CXL_MODULES: [&str; 6] = [
+    "cxl_acpi",
+    "cxl_pci",
+    "cxl_mem",
+    "device_dax",
+    "dax_cxl",
+    "kmem",
+];
+
 /// One emulated CXL host: node 0 with the CPUs and `dram_mib` of memory,
-/// node 1 CPU-less with `cxl_mib`, HMAT latencies/bandwidths so the kernel puts
-/// node 1 in a lower memory tier.
+/// and a CPU-less lower tier of `cxl_mib`, either an HMAT-described memory
+/// backend or a CXL Type-3 device ([`LowerTier`]).
 #[derive(Debug, Clone)]
 pub struct VmConfig {
+    /// The guest kernel (default: `$TIERD_KERNEL`, else 6.12).
+    pub kernel: GuestKernel,
+    /// What the lower tier is (default: `$TIERD_LOWER`, else HMAT).
+    pub lower: LowerTier,
     /// vCPUs, all on node 0 (default 2).
     pub cpus: u32,
     /// Node 0 memory in MiB (default 1024).
@@ -46,8 +118,15 @@ pub struct VmConfig {
 }
 
 impl Default for VmConfig {
+    /// 2 vCPUs, 1 GiB + 1 GiB, 10 minutes; the kernel and the lower tier
+    /// from `$TIERD_KERNEL` and `$TIERD_LOWER`, so that one test binary runs
+    /// on every kernel and tier (`cargo xtask test` sets them).
+    ///
+    /// Panics on a value of either variable it does not know.
     fn default() -> Self {
         VmConfig {
+            kernel: GuestKernel::from_env().unwrap_or_else(|e| panic!("{e}")),
+            lower: LowerTier::from_env().unwrap_or_else(|e| panic!("{e}")),
             cpus: 2,
             dram_mib: 1024,
             cxl_mib: 1024,
@@ -112,6 +191,7 @@ hostname testbed
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
 echo "##TESTBED-INIT-@NONCE@##"
+@LOWER_UP@
 n=0
 tiers=""
 for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
@@ -135,6 +215,53 @@ usleep 300000
 poweroff -f
 "###;
 
+/// Brings the CXL Type-3 device's memory online before the tier check: the
+/// drivers, then a RAM region over the whole device on root decoder
+/// `decoder0.0` with the device's endpoint decoder as its one target (the
+/// sysfs sequence of `cxl create-region -t ram`, Documentation/ABI/testing/
+/// sysfs-bus-cxl), then waits for the CPU-less node the kmem driver onlines.
+/// A step that fails says so on the console; the tier check then fails the
+/// run with the tiers it found.
+const CXL_UP: &str = r###"
+mods=/lib/modules/$(uname -r)
+for m in cxl_acpi cxl_pci cxl_mem device_dax dax_cxl kmem; do
+    insmod "$mods/$m.ko" || echo "testbed: insmod $m failed"
+done
+cxl=/sys/bus/cxl/devices
+ep=""
+i=0
+while [ $i -lt 300 ]; do
+    for d in $cxl/decoder*; do
+        [ -f "$d/dpa_size" ] && ep=${d##*/}
+    done
+    [ -n "$ep" ] && [ -f "$cxl/decoder0.0/create_ram_region" ] && [ -f "$cxl/mem0/ram/size" ] && break
+    usleep 100000
+    i=$((i + 1))
+done
+size=$(cat "$cxl/mem0/ram/size" 2>/dev/null)
+region=$(cat "$cxl/decoder0.0/create_ram_region" 2>/dev/null)
+echo "testbed: CXL memdev mem0 ram $size, endpoint decoder $ep, region $region"
+cxl_step() {
+    echo "$1" > "$2" || echo "testbed: CXL: writing $1 to $2 failed"
+}
+cxl_step "$region" "$cxl/decoder0.0/create_ram_region"
+cxl_step "$(cat "$cxl/decoder0.0/interleave_granularity")" "$cxl/$region/interleave_granularity"
+cxl_step 1 "$cxl/$region/interleave_ways"
+cxl_step "$size" "$cxl/$region/size"
+cxl_step ram "$cxl/$ep/mode"
+cxl_step "$size" "$cxl/$ep/dpa_size"
+cxl_step "$ep" "$cxl/$region/target0"
+cxl_step 1 "$cxl/$region/commit"
+[ -e "$cxl/$region/driver" ] || cxl_step "$region" /sys/bus/cxl/drivers/cxl_region/bind
+i=0
+while [ $i -lt 300 ]; do
+    [ "$(ls -d /sys/devices/virtual/memory_tiering/memory_tier* 2>/dev/null | wc -l)" -ge 2 ] && break
+    usleep 100000
+    i=$((i + 1))
+done
+echo "testbed: CXL node(s) $(cat /sys/devices/system/node/has_memory) with memory, $(cat /sys/devices/system/node/has_cpu) with CPUs"
+"###;
+
 /// One guest at a time per process: two TCG guests on a small machine starve
 /// each other and make every time bound meaningless.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
@@ -149,8 +276,17 @@ static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// succeeded), [`Error::Timeout`] (QEMU is killed), [`Error::MissingTiers`]
 /// (checked before the script runs), [`Error::NoExit`].
 pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
-    let assets = Assets::find()?;
+    let assets = Assets::find_for(cfg.kernel)?;
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = cfg.clone();
+    if cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0 {
+        for m in CXL_MODULES {
+            if !cfg.modules.iter().any(|x| x == m) {
+                cfg.modules.push(m.to_string());
+            }
+        }
+    }
+    let cfg = &cfg;
     let base = initramfs::base(&assets, cfg)?;
 
     let nonce = format!(
@@ -163,7 +299,15 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
     );
     let init = INIT_TEMPLATE
         .replace("@NONCE@", &nonce)
-        .replace("@EXPECT@", &cfg.expect_tiers.to_string());
+        .replace("@EXPECT@", &cfg.expect_tiers.to_string())
+        .replace(
+            "@LOWER_UP@",
+            if cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0 {
+                CXL_UP
+            } else {
+                ""
+            },
+        );
     let runs = assets.cache.join("runs");
     fs::create_dir_all(&runs).map_err(|e| Error::io(&runs, e))?;
     let dir = tempfile::Builder::new()
@@ -313,8 +457,19 @@ fn qemu_command(
 ) -> Command {
     let mut c = Command::new(&assets.qemu);
     let cpus = cfg.cpus.max(1);
-    let total = cfg.dram_mib + cfg.cxl_mib;
-    c.args(["-accel", "tcg,thread=multi", "-cpu", "max"]);
+    let cxl_device = cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0;
+    // The CXL device's memory is not system RAM: it is mapped in a fixed
+    // memory window the kernel finds in ACPI CEDT.
+    let total = if cxl_device {
+        cfg.dram_mib
+    } else {
+        cfg.dram_mib + cfg.cxl_mib
+    };
+    // With the hypervisor CPUID bit the CXL region's commit fails ("Failed
+    // to synchronize CPU cache state": the kernel will not flush caches
+    // for memory it cannot see being shared).
+    let cpu = if cxl_device { "max,-hypervisor" } else { "max" };
+    c.args(["-accel", "tcg,thread=multi", "-cpu", cpu]);
     c.args(["-smp", &cpus.to_string(), "-m", &format!("{total}M")]);
     c.args([
         "-object",
@@ -327,9 +482,29 @@ fn qemu_command(
     // HMAT (ACPI 6.3, QEMU docs/system/invocation "-numa hmat-lb"): the kernel
     // turns the initiator→target performance into an abstract distance
     // (mt_perf_to_adistance) and puts the slower node in a lower tier.
-    c.args(["-machine", "q35,hmat=on"]);
     let mut hmat = vec![(0, 130, "614G")];
-    if cfg.cxl_mib > 0 {
+    if cxl_device {
+        c.args(["-machine", "q35,cxl=on,hmat=on"]);
+        c.args([
+            "-object",
+            &format!("memory-backend-ram,id=cxlmem0,size={}M", cfg.cxl_mib),
+        ]);
+        c.args(["-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1"]);
+        c.args(["-device", "cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2"]);
+        c.args([
+            "-device",
+            "cxl-type3,bus=rp0,volatile-memdev=cxlmem0,id=cxl-vmem0",
+        ]);
+        // The fixed memory window: a multiple of 256 MiB that holds the device.
+        let window = cfg.cxl_mib.div_ceil(256).max(1) * 256;
+        c.args([
+            "-M",
+            &format!("cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size={window}M"),
+        ]);
+    } else {
+        c.args(["-machine", "q35,hmat=on"]);
+    }
+    if cfg.cxl_mib > 0 && !cxl_device {
         c.args([
             "-object",
             &format!("memory-backend-ram,id=m1,size={}M", cfg.cxl_mib),
@@ -355,6 +530,11 @@ fn qemu_command(
     c.arg("-kernel").arg(&assets.vmlinuz);
     c.arg("-initrd").arg(initrd);
     let mut append = vec!["console=ttyS0", "panic=-1", "oops=panic"];
+    if cxl_device {
+        // Hot-added memory goes to ZONE_MOVABLE, as production CXL memory
+        // does, so it can go offline again.
+        append.push("memhp_default_state=online_movable");
+    }
     append.extend(cfg.kernel_args.iter().map(String::as_str));
     c.args(["-append", &append.join(" ")]);
     c.args(&cfg.qemu_args);

@@ -20,12 +20,20 @@ fn cfg(timeout_s: u64) -> VmConfig {
     }
 }
 
+/// Run on every kernel and lower tier (`$TIERD_KERNEL`, `$TIERD_LOWER`):
+/// on the CXL Type-3 device node 1 must be the device's memory, onlined
+/// movable through a committed CXL region.
 #[test]
 fn guest_has_two_tiers_a_cpuless_node_and_memcg() {
+    let c = cfg(180);
     let out = run(
-        &cfg(120),
+        &c,
         r#"
 echo "online $(cat /sys/devices/system/node/online)"
+awk '/^Node 1, zone/ { z = $4 } z == "Movable" && $1 == "present" { print "node1_movable_present " $2; z = "" }' /proc/zoneinfo
+for r in /sys/bus/cxl/devices/region*; do
+    [ -d "$r" ] && echo "cxl_region ${r##*/} commit=$(cat $r/commit) mode=$(cat $r/mode 2>/dev/null) size=$(cat $r/size)"
+done
 echo "has_cpu $(cat /sys/devices/system/node/has_cpu)"
 echo "node1_cpulist [$(cat /sys/devices/system/node/node1/cpulist)]"
 for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
@@ -64,10 +72,27 @@ grep cgroup2 /proc/mounts
     // Kernel messages stay out of the script's output.
     assert!(!o.contains("] "), "{o}");
     assert!(
-        out.console.contains("Linux version 6.12"),
+        out.console.contains(&format!("Linux version {}", c.kernel)),
         "{}",
         out.console
     );
+    if c.lower == testbed::LowerTier::Cxl {
+        let region = o
+            .lines()
+            .find(|l| l.starts_with("cxl_region "))
+            .unwrap_or_else(|| panic!("no CXL region: {o}"));
+        assert!(region.contains("commit=1"), "{o}");
+        let movable: u64 = o
+            .lines()
+            .find_map(|l| l.strip_prefix("node1_movable_present "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        // 4 KiB pages: the whole device (1 GiB by default), less nothing.
+        assert!(
+            movable * 4096 >= (c.cxl_mib << 20) * 9 / 10,
+            "node 1 movable pages {movable}: {o}"
+        );
+    }
     assert!(out.boot_duration < out.duration);
 }
 
