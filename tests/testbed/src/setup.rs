@@ -179,6 +179,64 @@ impl Assets {
     }
 }
 
+impl Assets {
+    /// `names` and every module they depend on, dependencies first, as
+    /// busybox `insmod` must load them (it resolves nothing itself). A
+    /// module's dependencies are the `depends=` entry of its `.modinfo`; a
+    /// name with no `.ko` in the package is built into the kernel and left
+    /// out (Debian's 6.12 cloud kernel builds `cxl_core` in, 7.3 ships it as
+    /// a module).
+    ///
+    /// Errors: as [`Assets::module`], but for modules that do not exist.
+    pub fn modules_with_deps(&self, names: &[String]) -> Result<Vec<String>> {
+        let mut order = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for n in names {
+            self.visit_module(&n.replace('-', "_"), &mut seen, &mut order)?;
+        }
+        Ok(order)
+    }
+
+    fn visit_module(
+        &self,
+        name: &str,
+        seen: &mut std::collections::HashSet<String>,
+        order: &mut Vec<String>,
+    ) -> Result<()> {
+        if !seen.insert(name.to_string()) {
+            return Ok(());
+        }
+        let ko = match self.module(name) {
+            Ok(p) => p,
+            Err(Error::ModuleNotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let bytes = fs::read(&ko).map_err(|e| Error::io(&ko, e))?;
+        for dep in module_depends(&bytes) {
+            self.visit_module(&dep, seen, order)?;
+        }
+        order.push(name.to_string());
+        Ok(())
+    }
+}
+
+/// The `depends=` list of a kernel module's `.modinfo` (NUL-separated
+/// `key=value` strings), names with `_`.
+fn module_depends(ko: &[u8]) -> Vec<String> {
+    ko.split(|&b| b == 0)
+        .filter_map(|f| f.strip_prefix(b"depends="))
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .into_owned()
+                .split(',')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .map(|d| d.trim().replace('-', "_"))
+        .filter(|d| !d.is_empty())
+        .collect()
+}
+
 fn find_module(dir: &Path, want: &str) -> Result<Option<PathBuf>> {
     let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -739,6 +797,13 @@ mod tests {
             Some("7.3.10+deb13-cloud-amd64")
         );
         assert_eq!(newest_release(names, "7.4."), None);
+    }
+
+    #[test]
+    fn module_dependencies_come_from_modinfo() {
+        let ko = b"\x7fELF junk\0license=GPL\0depends=dax_hmem,cxl-core\0name=dax_cxl\0";
+        assert_eq!(module_depends(ko), ["dax_hmem", "cxl_core"]);
+        assert!(module_depends(b"\0depends=\0name=kmem\0").is_empty());
     }
 
     #[test]

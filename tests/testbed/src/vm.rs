@@ -67,9 +67,9 @@ impl std::fmt::Display for LowerTier {
     }
 }
 
-/// The kernel modules of the CXL memory path, in load order (busybox
-/// `insmod` resolves no dependencies; `cxl_core` and `cxl_port` are built in
-/// on Debian's cloud kernels).
+/// The kernel modules of the CXL memory path, in load order; each is loaded
+/// after the modules it depends on ([`Assets::modules_with_deps`]: busybox
+/// `insmod` resolves nothing; 6.12 builds `cxl_core` in, 7.3 does not).
 pub const CXL_MODULES: [&str; 6] = [
     "cxl_acpi",
     "cxl_pci",
@@ -224,15 +224,17 @@ poweroff -f
 /// run with the tiers it found.
 const CXL_UP: &str = r###"
 mods=/lib/modules/$(uname -r)
-for m in cxl_acpi cxl_pci cxl_mem device_dax dax_cxl kmem; do
+for m in @CXL_MODULES@; do
     insmod "$mods/$m.ko" || echo "testbed: insmod $m failed"
 done
 cxl=/sys/bus/cxl/devices
 ep=""
 i=0
 while [ $i -lt 300 ]; do
+    # The endpoint's first decoder: DPA is handed out in decoder order, so
+    # a later one is refused (EBUSY) while the first is unused.
     for d in $cxl/decoder*; do
-        [ -f "$d/dpa_size" ] && ep=${d##*/}
+        [ -f "$d/dpa_size" ] && { ep=${d##*/}; break; }
     done
     [ -n "$ep" ] && [ -f "$cxl/decoder0.0/create_ram_region" ] && [ -f "$cxl/mem0/ram/size" ] && break
     usleep 100000
@@ -279,10 +281,13 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
     let assets = Assets::find_for(cfg.kernel)?;
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = cfg.clone();
+    let mut cxl_order = Vec::new();
     if cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0 {
-        for m in CXL_MODULES {
+        let want: Vec<String> = CXL_MODULES.iter().map(|m| m.to_string()).collect();
+        cxl_order = assets.modules_with_deps(&want)?;
+        for m in &cxl_order {
             if !cfg.modules.iter().any(|x| x == m) {
-                cfg.modules.push(m.to_string());
+                cfg.modules.push(m.clone());
             }
         }
     }
@@ -302,10 +307,10 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
         .replace("@EXPECT@", &cfg.expect_tiers.to_string())
         .replace(
             "@LOWER_UP@",
-            if cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0 {
-                CXL_UP
+            &if cfg.lower == LowerTier::Cxl && cfg.cxl_mib > 0 {
+                CXL_UP.replace("@CXL_MODULES@", &cxl_order.join(" "))
             } else {
-                ""
+                String::new()
             },
         );
     let runs = assets.cache.join("runs");
