@@ -166,7 +166,9 @@ pub fn capture(assets: &testbed::Assets, mut cfg: testbed::VmConfig) -> Result<(
          (its memory.numa_stat then began `{numa}`);\n\
          - DAMON sysfs: 1 kdamond, 1 context, 1 target, 1 scheme with 1 filter\n  \
          and 1 quota goal (nothing started); write-only or unreadable files are\n  \
-         left out.\n\n\
+         left out;\n\
+         - where the kernel has them: DAMON_STAT's parameters, MGLRU's `enabled`\n  \
+         and `/sys/kernel/debug/lru_gen`, the weighted-interleave weights.\n\n\
          Files ({n}):\n\n{list}\n",
         qemu = assets.qemu_version,
         kernel = cfg.kernel,

@@ -213,9 +213,16 @@ impl MemoryStat {
         /// `pgdemote_kswapd`, pages demoted to a lower tier by kswapd.
         pgdemote_kswapd, "pgdemote_kswapd");
     accessor!(
-        /// `pgdemote_direct`, pages demoted by direct reclaim; `memory.reclaim`
-        /// writes count here too (it reclaims in the writer's context).
+        /// `pgdemote_direct`, pages demoted by direct reclaim; on 6.12
+        /// `memory.reclaim` writes count here too (it reclaims in the
+        /// writer's context).
         pgdemote_direct, "pgdemote_direct");
+    accessor!(
+        /// `pgdemote_proactive`, pages demoted by `memory.reclaim` (and
+        /// `lru_gen` eviction) on kernels that count proactive reclaim
+        /// apart (7.3; 0 where the key is absent, as on 6.12, which counts
+        /// them in `pgdemote_direct`).
+        pgdemote_proactive, "pgdemote_proactive");
     accessor!(
         /// `pgdemote_khugepaged`, pages demoted by khugepaged.
         pgdemote_khugepaged, "pgdemote_khugepaged");

@@ -1,4 +1,4 @@
-//! The DAMON driver against copies of the Linux 6.12 fixture trees.
+//! The DAMON driver against copies of the Linux 6.12 and 7.3 fixture trees.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,16 +9,33 @@ use hotness::damon::{
 use hotness::{Attrs, TriedRegion};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12")
+    fixtures_of("6.12")
+}
+
+fn fixtures_of(kernel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/linux-{kernel}"))
 }
 
 /// A writable copy of the one-kdamond fixture (state off), with scheme and
 /// target directories 1..n duplicated from 0 (the kernel would create them
 /// when nr_* is written).
 fn tree(n: usize) -> (tempfile::TempDir, PathBuf) {
+    tree_of("6.12", n)
+}
+
+/// [`tree`] from `kernel`'s capture, at `<tmp>/sys/kernel/mm/damon/admin`
+/// beside a copy of its `sys/module/damon_stat` (if captured).
+fn tree_of(kernel: &str, n: usize) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("admin");
-    testbed::copy_tree(&fixtures().join("sys/kernel/mm/damon/admin"), &root);
+    let root = tmp.path().join("sys/kernel/mm/damon/admin");
+    testbed::copy_tree(
+        &fixtures_of(kernel).join("sys/kernel/mm/damon/admin"),
+        &root,
+    );
+    let stat = fixtures_of(kernel).join("sys/module/damon_stat");
+    if stat.is_dir() {
+        testbed::copy_tree(&stat, &tmp.path().join("sys/module/damon_stat"));
+    }
     let c = root.join("kdamonds/0/contexts/0");
     for i in 1..n {
         testbed::copy_tree(&c.join("schemes/0"), &c.join("schemes").join(i.to_string()));
@@ -381,4 +398,79 @@ fn malformed_values_are_parse_errors_naming_the_file() {
     assert!(e.to_string().contains("kdamonds/0/state"), "{e}");
     fs::write(root.join("kdamonds/0/pid"), "x\n").unwrap();
     assert!(matches!(d.kdamond_pid(0), Err(Error::Parse { .. })));
+}
+
+/// 7.3's scheme directories have `core_filters/` and `ops_filters/` beside
+/// the deprecated `filters/`: the target filter (core layer) goes to the
+/// first, the memcg filter (ops layer) to the second, `filters/` is emptied.
+#[test]
+fn write_spec_on_7_3_splits_filters_by_layer() {
+    let (tmp, root) = tree_of("7.3", 2);
+    let state = tmp.path().join("damon.json");
+    ours(&state, 1, None);
+    // As an operator does before tierd may use DAMON on 7.x.
+    fs::write(
+        tmp.path().join("sys/module/damon_stat/parameters/enabled"),
+        "N\n",
+    )
+    .unwrap();
+    let mut d = Damon::new(&root, &state);
+    d.claim(1).unwrap();
+    let s0 = root.join("kdamonds/0/contexts/0/schemes/0");
+    for dir in ["core_filters", "ops_filters", "filters"] {
+        assert!(
+            s0.join(dir).join("0/type").is_file(),
+            "{dir} in the 7.3 capture"
+        );
+    }
+    d.write_spec(0, &spec(vec![12, 34])).unwrap();
+    let f = |p: &str| read(&s0.join(p));
+    assert_eq!(f("filters/nr_filters").trim(), "0");
+    assert_eq!(f("core_filters/nr_filters").trim(), "1");
+    assert_eq!(f("core_filters/0/type"), "target");
+    assert_eq!(f("core_filters/0/matching"), "N");
+    assert_eq!(f("core_filters/0/damon_target_idx"), "0");
+    assert_eq!(f("ops_filters/nr_filters").trim(), "1");
+    assert_eq!(f("ops_filters/0/type"), "memcg");
+    assert_eq!(f("ops_filters/0/matching"), "Y");
+    assert_eq!(f("ops_filters/0/memcg_path"), "/tierd.slice/a");
+    // The rest is written as on 6.12.
+    let c = root.join("kdamonds/0/contexts/0");
+    assert_eq!(read(&c.join("targets/1/pid_target")), "34");
+    assert_eq!(read(&c.join("schemes/1/action")), "stat");
+}
+
+/// On 7.3 DAMON_STAT runs from boot (`enabled` = Y in the capture): DAMON
+/// is refused with the file to write N to, tierd writes nothing; once the
+/// operator has written N it is available.
+#[test]
+fn damon_stat_running_is_refused_naming_its_parameter() {
+    let (tmp, root) = tree_of("7.3", 1);
+    let enabled = tmp.path().join("sys/module/damon_stat/parameters/enabled");
+    assert_eq!(
+        read(&enabled).trim(),
+        "Y",
+        "the 7.3 capture has DAMON_STAT on"
+    );
+    let before = snapshot(tmp.path());
+    let mut d = Damon::new(&root, tmp.path().join("damon.json"));
+    assert!(d.damon_stat_running());
+    let e = d.check_available().unwrap_err();
+    assert!(matches!(e, Error::HeldByDamonStat { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&enabled.display().to_string()) && msg.contains("Write N"),
+        "{msg}"
+    );
+    assert!(d.claim(1).is_err());
+    assert_eq!(
+        snapshot(tmp.path()),
+        before,
+        "nothing written while DAMON_STAT runs"
+    );
+    fs::write(&enabled, "N\n").unwrap();
+    d.check_available().unwrap();
+    // 6.12 has no DAMON_STAT at all.
+    let (_t, old) = tree(1);
+    assert!(!Damon::new(&old, _t.path().join("s.json")).damon_stat_running());
 }

@@ -1068,6 +1068,49 @@ mod tests {
         assert_eq!(again, t);
     }
 
+    /// The sysfs captured from the Linux 7.3 guest (same QEMU machine):
+    /// the same tiers and HMAT figures, its own free memory.
+    #[test]
+    fn linux_7_3_capture() {
+        let root = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/linux-7.3/sys"
+        ));
+        let t = Topology::discover(root).unwrap();
+        assert!(t.kernel_tiers && t.is_tiered(), "{t:#?}");
+        assert_eq!(t.tiers.iter().map(|t| t.id).collect::<Vec<_>>(), [4, 69]);
+        assert_eq!(t.fast_nodes(), ns(&[0]));
+        assert_eq!(t.lower_nodes(), ns(&[1]));
+        let n0 = t.node(0).unwrap();
+        assert_eq!((n0.cpus, n0.tier), (2, Some(4)));
+        assert_eq!(
+            (n0.mem_total_bytes, n0.mem_free_bytes),
+            (986828 * 1024, 811536 * 1024)
+        );
+        let n1 = t.node(1).unwrap();
+        assert!(n1.is_cpuless_memory(), "{n1:?}");
+        assert_eq!(
+            n1.hmat.map(|h| (h.read_latency_ns, h.read_bandwidth_mb_s)),
+            Some((250, 77824))
+        );
+    }
+
+    /// Both captures' zoneinfo parse; neither has a node given up.
+    #[test]
+    fn zoneinfo_of_both_kernels_parses() {
+        for k in ["6.12", "7.3"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../../tests/fixtures/linux-{k}/proc/zoneinfo"));
+            let text = fs::read_to_string(&path).unwrap();
+            assert!(unreclaimable_nodes(&path, &text).unwrap().is_empty(), "{k}");
+            let r = zone_reserve_pages(&path, &text).unwrap();
+            assert!(
+                r.get(&0).is_some_and(|&p| p > 0) && r.get(&1).is_some_and(|&p| p > 0),
+                "{k}: {r:?}"
+            );
+        }
+    }
+
     #[test]
     fn partial_hmat_is_error() {
         let s = two_tier();

@@ -66,6 +66,7 @@ struct Managed {
 struct MemcgCounters {
     demote_kswapd: u64,
     demote_direct: u64,
+    demote_proactive: u64,
     demote_khugepaged: u64,
     promote_success: u64,
     numa_hint_faults: u64,

@@ -1,7 +1,7 @@
 //! One control-loop cycle on a copy of the kernel files captured in the 6.12
 //! guest (`tests/fixtures/linux-6.12`): sampling, solving and the cgroup writes,
 //! without a VM. The captured `test.slice/app` has 117.6 MiB on node 0 (fast)
-//! and 16 MiB on node 1.
+//! and 16 MiB on node 1. One cycle runs on the 7.3 capture too.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -19,8 +19,12 @@ const APP: &str = "sys/fs/cgroup/test.slice/app";
 /// A writable copy of the fixture tree, with the write-only `memory.reclaim`
 /// that the capture could not read.
 fn host() -> (tempfile::TempDir, PathBuf) {
+    host_of(FIXTURES)
+}
+
+fn host_of(fixtures: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    testbed::copy_tree(Path::new(FIXTURES), dir.path());
+    testbed::copy_tree(Path::new(fixtures), dir.path());
     std::fs::write(dir.path().join(APP).join("memory.reclaim"), "").unwrap();
     let root = dir.path().to_owned();
     (dir, root)
@@ -254,4 +258,26 @@ fn lru_gen_demotion_without_mglru_is_refused_naming_the_key() {
     assert!(msg.contains("daemon.demotion"), "{msg}");
     assert!(msg.contains("kernel/mm/lru_gen/enabled"), "{msg}");
     assert!(msg.contains("test.toml"), "{msg}");
+}
+
+/// The over-target cycle on the 7.3 capture: the same reading, target and
+/// demotion need from 7.3's files (its own byte counts).
+#[test]
+fn over_target_cycle_on_the_7_3_capture() {
+    let (_dir, root) = host_of(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/linux-7.3"
+    ));
+    let (mut c, _, status) = controller(&root, "local_high = \"50%\"");
+    assert!(!c.observe_only());
+    let plan = c.cycle().unwrap();
+    let p = &plan.containers[0];
+    let fast = 67244032 + 50143232;
+    let usage = fast + 16965632;
+    assert_eq!(p.target_bytes, usage / 2);
+    assert_eq!(p.demote_bytes, fast - usage / 2);
+    let s = status.lock().unwrap().clone();
+    assert_eq!(s.containers[0].state, "over_target");
+    assert_eq!(s.containers[0].lower_bytes, 16965632);
+    assert_eq!(read(&root, "memory.low"), "0");
 }

@@ -233,10 +233,9 @@ impl Controller {
         let mut pending = false;
         let mut results = Vec::new();
         for (m, lack, enough, under) in short {
-            let demoted = self
-                .counters
-                .get(&m.id)
-                .map(|c| c.demote_kswapd + c.demote_direct + c.demote_khugepaged);
+            let demoted = self.counters.get(&m.id).map(|c| {
+                c.demote_kswapd + c.demote_direct + c.demote_proactive + c.demote_khugepaged
+            });
             // Within its band a container claims nothing: without free room
             // a query would find pages it can neither move nor claim room for.
             if self.known_hot.unchanged(m.id, demoted) || (!under && room == 0) {

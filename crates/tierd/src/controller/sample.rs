@@ -167,6 +167,7 @@ impl Controller {
         let now = MemcgCounters {
             demote_kswapd: stat.pgdemote_kswapd(),
             demote_direct: stat.pgdemote_direct(),
+            demote_proactive: stat.pgdemote_proactive(),
             demote_khugepaged: stat.pgdemote_khugepaged(),
             promote_success: stat.pgpromote_success(),
             numa_hint_faults: stat.numa_hint_faults(),
@@ -185,6 +186,8 @@ impl Controller {
                 .inc_by(now.demote_kswapd.saturating_sub(prev.demote_kswapd) * PAGE_BYTES);
             d.get_or_create(&label("direct"))
                 .inc_by(now.demote_direct.saturating_sub(prev.demote_direct) * PAGE_BYTES);
+            d.get_or_create(&label("proactive"))
+                .inc_by(now.demote_proactive.saturating_sub(prev.demote_proactive) * PAGE_BYTES);
             d.get_or_create(&label("khugepaged"))
                 .inc_by(now.demote_khugepaged.saturating_sub(prev.demote_khugepaged) * PAGE_BYTES);
             let promoted = now.promote_success.saturating_sub(prev.promote_success) * PAGE_BYTES;

@@ -1,13 +1,22 @@
-//! Readers on files captured byte for byte from the Linux 6.12 guest
-//! (`tests/fixtures/linux-6.12/`, mirroring absolute paths). Every cgroup in
-//! the captured tree is read with every reader whose file was captured.
+//! Readers on files captured byte for byte from the Linux 6.12 and 7.3
+//! guests (`tests/fixtures/linux-<kernel>/`, mirroring absolute paths).
+//! Every cgroup in each captured tree is read with every reader whose file
+//! was captured; the exact values of the captured tenant are checked per
+//! kernel.
 
 use std::path::{Path, PathBuf};
 
 use cgroupctl::{CgroupFs, Limit};
 
-fn fixture_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys/fs/cgroup")
+/// The kernels with a capture under `tests/fixtures/`.
+const KERNELS: [&str; 2] = ["6.12", "7.3"];
+
+fn fixture(kernel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/linux-{kernel}"))
+}
+
+fn fixture_root(kernel: &str) -> PathBuf {
+    fixture(kernel).join("sys/fs/cgroup")
 }
 
 /// Counts, per file name, how many captured files parsed.
@@ -22,7 +31,13 @@ impl Seen {
 
 #[test]
 fn every_captured_cgroup_file_parses() {
-    let root = fixture_root();
+    for k in KERNELS {
+        every_cgroup_file_parses(k);
+    }
+}
+
+fn every_cgroup_file_parses(kernel: &str) {
+    let root = fixture_root(kernel);
     assert!(root.is_dir(), "{} missing", root.display());
     let fs = CgroupFs::new(&root);
     let cgroups = fs.discover().unwrap();
@@ -58,7 +73,7 @@ fn every_captured_cgroup_file_parses() {
                 "pgdemote_khugepaged",
                 "pgpromote_success",
             ] {
-                assert!(s.get(k).is_some(), "{p}: 6.12 memory.stat has {k}");
+                assert!(s.get(k).is_some(), "{p}: {kernel} memory.stat has {k}");
             }
             seen.add("memory.stat");
         }
@@ -106,7 +121,7 @@ fn every_captured_cgroup_file_parses() {
             seen.add("cgroup.subtree_control");
         }
     }
-    eprintln!("parsed from the linux-6.12 capture: {seen:?}");
+    eprintln!("parsed from the linux-{kernel} capture: {seen:?}");
     for f in [
         "memory.numa_stat",
         "memory.stat",
@@ -122,7 +137,7 @@ fn every_captured_cgroup_file_parses() {
 /// 64 MiB anon + 64 MiB shmem, then 16 MiB demoted by `memory.reclaim`.
 #[test]
 fn app_values() {
-    let fs = CgroupFs::new(fixture_root());
+    let fs = CgroupFs::new(fixture_root("6.12"));
     let app = "test.slice/app";
     let s = fs.numa_stat(app).unwrap();
     assert_eq!(s.nodes(), cgroupctl::NodeSet::from_ids([0, 1]));
@@ -204,8 +219,7 @@ fn app_values() {
 /// `memory.reclaim`, so node 1 holds 4096 of its pages).
 #[test]
 fn captured_lru_gen_parses() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/linux-6.12/sys/kernel/debug/lru_gen");
+    let file = fixture("6.12").join("sys/kernel/debug/lru_gen");
     let text = std::fs::read_to_string(&file).unwrap();
     let m = cgroupctl::lru_gen::parse(&file, &text).unwrap();
     let paths: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
@@ -217,4 +231,73 @@ fn captured_lru_gen_parses() {
     assert_eq!(app.evictable_pages(0), 607 + 88);
     let on_lower: u64 = app.nodes[&1].iter().map(|g| g.anon_pages).sum();
     assert_eq!(on_lower, 4096, "16 MiB demoted to node 1");
+}
+
+/// The same tenant on 7.3: `memory.reclaim`'s demotions are counted as
+/// `pgdemote_proactive` (6.12: `pgdemote_direct`), with `pgsteal_proactive`
+/// and `pgscan_proactive` beside them; the tmpfs pages demoted.
+#[test]
+fn app_values_7_3() {
+    let fs = CgroupFs::new(fixture_root("7.3"));
+    let app = "test.slice/app";
+    let s = fs.numa_stat(app).unwrap();
+    assert_eq!(s.nodes(), cgroupctl::NodeSet::from_ids([0, 1]));
+    assert_eq!((s.anon_bytes(0), s.anon_bytes(1)), (67244032, 0));
+    assert_eq!((s.file_bytes(0), s.file_bytes(1)), (50143232, 16965632));
+    assert_eq!(s.get("shmem", 1), Some(16965632));
+    assert_eq!(s.get("pgdemote_proactive", 0), Some(4142));
+    assert_eq!(s.get("pgdemote_direct", 0), Some(0));
+
+    let m = fs.memory_stat(app).unwrap();
+    assert_eq!((m.anon_bytes(), m.file_bytes()), (67244032, 67108864));
+    assert_eq!(
+        m.pgdemote_proactive(),
+        4142,
+        "memory.reclaim demotes count as proactive"
+    );
+    assert_eq!(m.pgdemote_direct(), 0);
+    assert_eq!(m.get("pgsteal_proactive"), Some(4142));
+    assert_eq!(
+        (
+            m.pgdemote_kswapd(),
+            m.pgdemote_khugepaged(),
+            m.pgpromote_success()
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(fs.memory_current(app).unwrap(), 134926336);
+    assert_eq!(fs.memory_low(app).unwrap(), Limit::Bytes(0));
+    assert_eq!(fs.memory_max(app).unwrap(), Limit::Max);
+    assert_eq!(fs.procs(app).unwrap(), vec![128, 147]);
+    assert_eq!(
+        fs.cpuset_mems_effective(app).unwrap(),
+        cgroupctl::NodeSet::from_ids([0, 1])
+    );
+    let all = fs.discover().unwrap();
+    let paths: Vec<&str> = all.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["", "test.slice", "test.slice/app"]);
+
+    // 6.12 lacks the proactive counters: the accessor reads 0 there.
+    let old = CgroupFs::new(fixture_root("6.12"))
+        .memory_stat(app)
+        .unwrap();
+    assert_eq!(old.get("pgdemote_proactive"), None);
+    assert_eq!(old.pgdemote_proactive(), 0);
+}
+
+/// `/sys/kernel/debug/lru_gen` of the 7.3 guest (the capture of
+/// `cargo xtask fixtures --kernel 7.3`): the same per-memcg, per-node
+/// generations; the app's 4142 demoted pages on node 1.
+#[test]
+fn captured_lru_gen_parses_7_3() {
+    let file = fixture("7.3").join("sys/kernel/debug/lru_gen");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let m = cgroupctl::lru_gen::parse(&file, &text).unwrap();
+    let paths: Vec<&str> = m.iter().map(|m| m.path.as_str()).collect();
+    assert_eq!(paths, ["/", "/test.slice", "/test.slice/app"]);
+    let app = &m[2];
+    assert_eq!(app.id, 84);
+    assert_eq!(app.max_seq(0), Some(5));
+    let on_lower: u64 = app.nodes[&1].iter().map(|g| g.anon_pages).sum();
+    assert_eq!(on_lower, 4142, "memory.reclaim's 4142 pages on node 1");
 }
