@@ -227,13 +227,11 @@ fn module_depends(ko: &[u8]) -> Vec<String> {
         .filter_map(|f| f.strip_prefix(b"depends="))
         .flat_map(|v| {
             String::from_utf8_lossy(v)
-                .into_owned()
                 .split(',')
-                .map(str::to_string)
+                .map(|d| d.trim().replace('-', "_"))
+                .filter(|d| !d.is_empty())
                 .collect::<Vec<_>>()
         })
-        .map(|d| d.trim().replace('-', "_"))
-        .filter(|d| !d.is_empty())
         .collect()
 }
 
