@@ -45,6 +45,9 @@ use moves::ColdStall;
 /// the LRU scan cost more than the placement gains.
 const MIN_RECLAIM_BYTES: u64 = 1 << 20;
 
+mod pace;
+use pace::DemotionPace;
+
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;
 
@@ -127,6 +130,8 @@ pub struct Controller {
     lru_gen: Option<LruGen>,
     /// `vm.swappiness`, passed to the eviction command.
     swappiness: u32,
+    /// How fast demotion has gone on this host (`pace.rs`).
+    demotion_pace: DemotionPace,
     /// Fast nodes the kernel had stopped reclaiming at the last cycle
     /// (`revive.rs`).
     unreclaimable: BTreeSet<u32>,
@@ -330,6 +335,7 @@ impl Controller {
             demand_hold: DemandHolds::default(),
             lru_gen,
             swappiness,
+            demotion_pace: DemotionPace::default(),
             unreclaimable: BTreeSet::new(),
             revive_with: Vec::new(),
             cadence: cadence::Cadence::default(),

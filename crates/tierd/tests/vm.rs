@@ -83,15 +83,25 @@ fn band(target: u64) -> u64 {
     (16 * MIB).max(target / 20)
 }
 
+/// Run on every kernel and lower tier: on the CXL Type-3 device, which
+/// takes demoted pages at about 2 MiB/s under emulation, with a smaller
+/// tenant and more time (the cycle keeps its cadence meanwhile: demotion
+/// is paced by what the device takes, `controller/pace.rs`).
 #[test]
 fn over_target_container_is_brought_to_target() {
-    let g = boot(
-        r#"
+    let cxl = testbed::LowerTier::from_env() == Ok(testbed::LowerTier::Cxl);
+    // (tenant MiB, seconds sampled, seconds allowed to reach the target)
+    let (size, samples, within_s) = if cxl {
+        (120u64, 60usize, 50usize)
+    } else {
+        (400, 40, 30)
+    };
+    let script = r#"
 set -e
 . /tests/lib.sh
 mkcg tenants.slice/big
-start_in tenants.slice/big tierload hotset --size-mib 400 --hot-mib 40 --report-s 60
-wait_usage tenants.slice/big 390 90
+start_in tenants.slice/big tierload hotset --size-mib SIZE --hot-mib HOT --report-s 60
+wait_usage tenants.slice/big $((SIZE - 10)) 90
 emit_node tenants.slice/big
 cat > /tmp/t.toml <<'EOF'
 [daemon]
@@ -102,20 +112,26 @@ local_high = "50%"
 EOF
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 wait_http 30
-for i in $(seq 40); do emit_status; emit_node tenants.slice/big; sleep 1; done
+for i in $(seq SAMPLES); do emit_status; emit_node tenants.slice/big; sleep 1; done
 kill -TERM $!
 wait $! || true
-"#,
-        600,
-    );
+"#
+    .replace("SAMPLES", &samples.to_string())
+    .replace("SIZE", &size.to_string())
+    .replace("HOT", &(size / 10).to_string());
+    let g = boot(&script, 600);
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let n = nodes(&g.output, "tenants.slice/big");
     assert!(
-        n[0].0 >= 300,
+        n[0].0 >= size * 3 / 4,
         "the container should start mostly in DRAM: {n:?}"
     );
     let st = statuses(&g.output);
-    assert!(st.len() >= 20, "too few status samples:\n{}", g.output);
+    assert!(
+        st.len() >= samples / 2,
+        "too few status samples:\n{}",
+        g.output
+    );
     let within: Vec<usize> = st
         .iter()
         .enumerate()
@@ -128,7 +144,7 @@ wait $! || true
     let first = *within
         .first()
         .unwrap_or_else(|| panic!("never within target ± band:\n{}", g.output));
-    assert!(first <= 30, "took {first} s to reach target ± band");
+    assert!(first <= within_s, "took {first} s to reach target ± band");
     let last = container(st.last().unwrap(), "tenants.slice/big").unwrap();
     assert!(
         last.fast_bytes.abs_diff(last.target_bytes) <= band(last.target_bytes),
@@ -137,7 +153,7 @@ wait $! || true
     // Target is local_high = 50% of usage; the demoted half sits on node 1.
     let usage = last.fast_bytes + last.lower_bytes;
     assert!(last.target_bytes.abs_diff(usage / 2) <= 2 * MIB, "{last:?}");
-    assert!(last.lower_bytes >= 150 * MIB, "{last:?}");
+    assert!(last.lower_bytes >= size * 3 / 8 * MIB, "{last:?}");
 }
 
 /// A tenant whose whole footprint is touched within seconds (600 MiB Zipf)

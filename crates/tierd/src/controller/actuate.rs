@@ -69,18 +69,30 @@ impl Controller {
         // lru_gen lists every memcg: read once per cycle, on first use.
         let mut gens = None;
         let mut agings = Agings::default();
+        // What this cycle may demote in about half an interval at the pace
+        // the lower tier has taken pages so far (the rest waits for the
+        // next cycle: the plan asks again).
+        let mut budget = self.demotion_pace.budget(self.cfg.daemon.interval);
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
-            let demote = p
+            let want = p
                 .demote_bytes
                 .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
+            let demote = want.min(budget);
             if demote < MIN_RECLAIM_BYTES {
                 continue;
             }
+            budget -= demote;
             let labels = ContainerLabels {
                 cgroup: m.path.clone(),
             };
-            match self.demote(m, demote, &mut gens, &mut agings) {
+            let started = Instant::now();
+            let result = self.demote(m, demote, &mut gens, &mut agings);
+            self.demotion_pace.observe(demote, started.elapsed());
+            if let Some(bw) = self.demotion_pace.bytes_per_s() {
+                self.metrics.demotion_bytes_per_second.set(bw);
+            }
+            match result {
                 Ok(outcome) => {
                     self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
                     self.metrics
