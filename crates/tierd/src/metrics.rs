@@ -378,7 +378,7 @@ impl Metrics {
             container_damping_level: reg!("tierd_container_thrash_damping_level", "Thrash damping level (0 = none; each level halves the promotion budget and doubles the promotion band)", Family::default()),
             container_pingpong_bytes_per_second: reg!("tierd_container_pingpong_bytes_per_second", "Bytes per second demoted and promoted again within the thrash window", Family::default()),
             damon_targets: reg!("tierd_damon_targets", "Processes tierd's kdamond monitors", Gauge::default()),
-            demotion_bytes_per_second: reg!("tierd_demotion_bytes_per_second", "Demotion throughput the lower tier has given tierd's writes (moving average); one cycle demotes at most half an interval of it", GaugeF::default()),
+            demotion_bytes_per_second: reg!("tierd_demotion_bytes_per_second", "Demotion throughput the lower tier has given tierd's writes (moving average); one cycle demotes at most one interval of it", GaugeF::default()),
             kdamond_restarts: reg!("tierd_kdamond_restarts", "Times tierd found its kdamond stopped and restarted it", Counter::default()),
             damon_busy_retries: reg!("tierd_damon_busy_retries", "DAMON sysfs writes that met EBUSY (another user of the interface held its lock) and were tried again", Counter::default()),
             hotness: reg!("tierd_hotness_source", "1 for the active demand source: damon, or usage (DAMON unavailable or off)", Family::default()),

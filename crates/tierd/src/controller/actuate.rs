@@ -69,8 +69,8 @@ impl Controller {
         // lru_gen lists every memcg: read once per cycle, on first use.
         let mut gens = None;
         let mut agings = Agings::default();
-        // What this cycle may demote in about half an interval at the pace
-        // the lower tier has taken pages so far (the rest waits for the
+        // What this cycle may demote in about one interval at the pace the
+        // lower tier has taken pages so far (the rest waits for the
         // next cycle: the plan asks again).
         let mut budget = self.demotion_pace.budget(self.cfg.daemon.interval);
         for m in managed {

@@ -5,9 +5,10 @@
 //! lower tier: GB/s on CXL hardware, about 1–4 MB/s on an emulated CXL
 //! Type-3 device. The plan's demotion is already limited by the
 //! `[limits]` token buckets; this caps one cycle's writes further at what
-//! the tier took per second so far times half an interval, so that a slow
-//! device never holds the cycle (and `/status`, the signal handlers'
-//! restore, the next protection write) for tens of seconds.
+//! the tier took per second so far times one interval, so that a slow
+//! device never holds the cycle (and `/status`, the next protection write)
+//! for tens of seconds, while a device-bound demotion still keeps the
+//! device busy (half an interval would halve its throughput).
 
 use std::time::Duration;
 
@@ -30,13 +31,13 @@ pub(crate) struct DemotionPace {
 }
 
 impl DemotionPace {
-    /// Bytes one cycle of `interval` may ask to demote: half an interval
-    /// at the measured throughput, at least 2 MiB; 16 MiB before anything
-    /// was measured.
+    /// Bytes one cycle of `interval` may ask to demote: one interval at
+    /// the measured throughput, at least 2 MiB; 16 MiB before anything was
+    /// measured.
     pub(crate) fn budget(&self, interval: Duration) -> u64 {
         match self.bytes_per_s {
             None => FIRST_BUDGET,
-            Some(bw) => ((bw * interval.as_secs_f64() * 0.5) as u64).max(MIN_BUDGET),
+            Some(bw) => ((bw * interval.as_secs_f64()) as u64).max(MIN_BUDGET),
         }
     }
 
@@ -63,12 +64,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slow_tier_gets_a_budget_of_half_an_interval() {
+    fn slow_tier_gets_a_budget_of_one_interval() {
         let mut p = DemotionPace::default();
         assert_eq!(p.budget(Duration::from_secs(2)), 16 << 20);
         // An emulated CXL device: 16 MiB in 8 s = 2 MiB/s.
         p.observe(16 << 20, Duration::from_secs(8));
-        assert_eq!(p.budget(Duration::from_secs(2)), 2 << 20);
+        assert_eq!(p.budget(Duration::from_secs(2)), 4 << 20);
         // Hardware: 64 MiB in 40 ms lifts the cap over the token buckets.
         let mut hw = DemotionPace::default();
         hw.observe(64 << 20, Duration::from_millis(40));
