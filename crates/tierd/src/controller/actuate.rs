@@ -88,7 +88,10 @@ impl Controller {
             };
             let started = Instant::now();
             let result = self.demote(m, demote, &mut gens, &mut agings);
-            self.demotion_pace.observe(demote, started.elapsed());
+            // Only a write that went through measures the device.
+            if result.is_ok() {
+                self.demotion_pace.observe(demote, started.elapsed());
+            }
             if let Some(bw) = self.demotion_pace.bytes_per_s() {
                 self.metrics.demotion_bytes_per_second.set(bw);
             }
