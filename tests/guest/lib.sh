@@ -96,6 +96,19 @@ wait_cycles() {
     done
 }
 
+# next_cycle: waits until tierd has run one more full cycle than when called
+# (60 s at most). Between full cycles in a quiet state (up to 4 intervals)
+# tierd's metrics stand still: a check that a count stopped growing must see
+# a full cycle between its two reads.
+next_cycle() {
+    local c i=0
+    c=$(tierctl status --json | sed -n 's/.*"cycles":\([0-9]*\).*/\1/p')
+    until [ "$(tierctl status --json | sed -n 's/.*"cycles":\([0-9]*\).*/\1/p')" -gt "${c:-0}" ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: no full cycle of tierd in 60 s"; return 1; }
+        sleep 0.2
+    done
+}
+
 # hot_set_on_node1: NUMA balancing off, then tenants.slice/a runs `tierload
 # hotset` (192 MiB, 48 MiB hot, a JSON report a second in /tmp/a.log) with
 # every page allocated on node 1 (cpuset.mems = 1 until it has them, then
