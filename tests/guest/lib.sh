@@ -75,8 +75,6 @@ start_log() {
 # emit_report NAME LOG: one line `REPORT <name> <uptime s> <last JSON report>`.
 emit_report() { echo "REPORT $1 $(cut -d' ' -f1 /proc/uptime) $(grep '^{' "$2" | tail -1)"; }
 
-# emit_time: one line `T <uptime s>` (guest clock for rate checks).
-emit_time() { echo "T $(cut -d' ' -f1 /proc/uptime)"; }
 
 # kdamonds: one line `KDAMONDS <nr_kdamonds> <state of each>`.
 kdamonds() {
@@ -107,6 +105,18 @@ next_cycle() {
         i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: no full cycle of tierd in 60 s"; return 1; }
         sleep 0.2
     done
+}
+
+# reports [LOG]: how many JSON reports tierload wrote to LOG (/tmp/a.log).
+reports() { grep -c '^{' "${1:-/tmp/a.log}"; }
+
+# hot_at_least R N [LOG]: the last report in LOG (/tmp/a.log), at least the
+# N-th, has hot_residency >= R.
+hot_at_least() {
+    local log=${3:-/tmp/a.log}
+    [ "$(reports "$log")" -ge "$2" ] || return 1
+    grep '^{' "$log" | tail -1 | grep -o '"hot_residency":[0-9.e-]*' |
+        awk -F: -v r="$1" '{ exit !($2 >= r) }'
 }
 
 # hot_set_on_node1: NUMA balancing off, then tenants.slice/a runs `tierload

@@ -82,6 +82,10 @@ enum Cmd {
         /// sizes scale with it).
         #[arg(long, default_value_t = 1024)]
         dram_mib: u64,
+        /// Lower tier the output came from (its demo scenarios are the
+        /// default).
+        #[arg(long, default_value = "hmat")]
+        lower: testbed::LowerTier,
     },
     /// The main job: tierd managing real containers in the emulated CXL host,
     /// each scenario under kernel tiering only and then under tierd, same boot.
@@ -89,7 +93,8 @@ enum Cmd {
         #[command(flatten)]
         vm: VmArgs,
         /// Scenario files (default: identical-cache, cold-hog,
-        /// noisy-neighbour) and a duration override.
+        /// noisy-neighbour; with `--lower cxl` the two of
+        /// benches/scenarios/cxl/) and a duration override.
         #[command(flatten)]
         run: RunArgs,
         /// tierscen modes, comma-separated (kernel, tierd, tierd-pages,
@@ -110,7 +115,8 @@ enum Cmd {
 #[derive(clap::Args)]
 struct RunArgs {
     /// Scenario files, repeatable (default: `bench` runs every file in
-    /// benches/scenarios/, `demo` identical-cache, cold-hog, noisy-neighbour).
+    /// benches/scenarios/, `demo` identical-cache, cold-hog, noisy-neighbour;
+    /// with `--lower cxl` those of benches/scenarios/cxl/).
     #[arg(long = "scenario", value_name = "FILE")]
     scenarios: Vec<PathBuf>,
     /// Override each scenario's duration per mode, seconds.
@@ -168,6 +174,32 @@ const DEMO_SCENARIOS: [&str; 3] = [
     "cold-hog.toml",
     "noisy-neighbour.toml",
 ];
+
+/// The main job's scenarios on the CXL Type-3 device
+/// (benches/scenarios/cxl/): the identical-tenant and cold-hog cases with
+/// footprints beyond DRAM of tens of MiB, what the device migrates within a
+/// run at ~2 MiB/s under emulation.
+const CXL_DEMO_SCENARIOS: [&str; 2] = ["identical-cache.toml", "cold-hog.toml"];
+
+/// Where a lower tier's scenarios are: benches/scenarios/, or its cxl/
+/// directory for the CXL device.
+fn scenario_dir(lower: testbed::LowerTier) -> PathBuf {
+    let dir = testbed::workspace_root().join("benches/scenarios");
+    match lower {
+        testbed::LowerTier::Hmat => dir,
+        testbed::LowerTier::Cxl => dir.join("cxl"),
+    }
+}
+
+/// The demo's scenario files for a lower tier.
+fn demo_scenarios(lower: testbed::LowerTier) -> Vec<PathBuf> {
+    let names: &[&str] = match lower {
+        testbed::LowerTier::Hmat => &DEMO_SCENARIOS,
+        testbed::LowerTier::Cxl => &CXL_DEMO_SCENARIOS,
+    };
+    let dir = scenario_dir(lower);
+    names.iter().map(|f| dir.join(f)).collect()
+}
 
 /// Host binaries the guest gets when installed: redis-tools' server binary
 /// (the redis scenario; linked as redis-server in the guest).
@@ -240,10 +272,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             mut scenarios,
             modes,
             dram_mib,
+            lower,
         } => {
             if scenarios.is_empty() {
-                let dir = testbed::workspace_root().join("benches/scenarios");
-                scenarios = DEMO_SCENARIOS.iter().map(|f| dir.join(f)).collect();
+                scenarios = demo_scenarios(lower);
             }
             let mut expanded = Vec::new();
             for f in &scenarios {
@@ -348,8 +380,7 @@ fn demo(
     setup_kernel(vm.kernel)?;
     build_release()?;
     if scenarios.is_empty() {
-        let dir = testbed::workspace_root().join("benches/scenarios");
-        scenarios = DEMO_SCENARIOS.iter().map(|f| dir.join(f)).collect();
+        scenarios = demo_scenarios(vm.lower);
     }
     let default_modes: Vec<String> = modes
         .as_deref()
@@ -490,9 +521,10 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
     }
 }
 
-/// Every `.toml` in benches/scenarios, sorted.
-fn default_scenarios() -> Result<Vec<PathBuf>> {
-    let dir = testbed::workspace_root().join("benches/scenarios");
+/// Every `.toml` in the lower tier's scenario directory
+/// ([`scenario_dir`]), sorted.
+fn default_scenarios(lower: testbed::LowerTier) -> Result<Vec<PathBuf>> {
+    let dir = scenario_dir(lower);
     let mut v = Vec::new();
     for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
         let p = e?.path();
@@ -514,7 +546,7 @@ fn bench_cmd(
     setup_kernel(vm.kernel)?;
     build_release()?;
     let files = if files.is_empty() {
-        default_scenarios()?
+        default_scenarios(vm.lower)?
     } else {
         files
     };

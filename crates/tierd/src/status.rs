@@ -19,6 +19,11 @@ pub struct Status {
     pub pool_bytes: u64,
     pub guarantees_scaled: bool,
     pub cycles: u64,
+    /// When the last full cycle published this document: seconds since the
+    /// Unix epoch (wall clock, sub-second). Between full cycles of a quiet
+    /// steady state it ages by up to 4 intervals. 0 in older tierd's /status.
+    #[serde(default)]
+    pub updated_unix_s: f64,
     /// Intervals of a quiet steady state that ran only the check, not the
     /// full cycle (`cycles` counts the full ones); absent in older tierd's
     /// /status.

@@ -43,6 +43,9 @@ impl Controller {
             pool_bytes: plan.pool_bytes,
             guarantees_scaled: plan.guarantees_scaled,
             cycles: self.cycles + 1,
+            updated_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             quiet_checks: self.quiet_checks,
             kernel_promotion_limited: self.gate.limited(),
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
