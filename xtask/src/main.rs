@@ -463,6 +463,8 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
     let repeats = series.values().map(Vec::len).max().unwrap_or(0);
     let mut table = String::new();
     let mut behind = Vec::new();
+    // (scenario, mode) pairs without a single sample: a run that failed.
+    let mut missing = Vec::new();
     let mut header = None;
     for sc in scenarios {
         let m = if modes.is_some() {
@@ -472,6 +474,14 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
         };
         header.get_or_insert_with(|| bench::verdict_header(&m));
         let runs: Vec<&bench::Series> = series.get(&sc.name).into_iter().flatten().collect();
+        for mode in &m {
+            if !runs
+                .iter()
+                .any(|r| r.samples.get(mode).is_some_and(|v| !v.is_empty()))
+            {
+                missing.push(format!("{} / {mode}", sc.name));
+            }
+        }
         let (rows, b) = bench::verdict(sc, &runs, &m);
         table += &rows;
         behind.extend(b);
@@ -510,7 +520,12 @@ fn print_verdict(scenarios: &[bench::ScenarioFile], output: &str, modes: Option<
             resets.join("\n  ")
         );
     }
-    if behind.is_empty() {
+    if !missing.is_empty() {
+        println!(
+            "\nNo samples for {} (the run failed: see its output above); no verdict.",
+            missing.join(", ")
+        );
+    } else if behind.is_empty() {
         println!("\ntierd is ahead of or equal to kernel tiering on every metric.");
     } else {
         println!(

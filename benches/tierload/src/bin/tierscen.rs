@@ -695,7 +695,7 @@ fn run_mode(
             let sock_path = PathBuf::from(format!("/run/tierscen-{}.notify", sc.name));
             let _ = fs::remove_file(&sock_path);
             let sock = UnixDatagram::bind(&sock_path).context("bind the notify socket")?;
-            sock.set_read_timeout(Some(Duration::from_secs(60)))?;
+            sock.set_read_timeout(Some(Duration::from_secs(30)))?;
             // systemd also sets WATCHDOG_PID (sd_notify checks it): the shell's
             // pid is tierd's after exec.
             let child = Command::new("sh")
@@ -708,23 +708,46 @@ fn run_mode(
                 .stderr(log)
                 .spawn()
                 .context("start tierd (is it on PATH?)")?;
+            let pid = child.id();
             tierd = Some(child);
+            let started = Instant::now();
             let mut buf = [0u8; 512];
             loop {
-                let n = sock.recv(&mut buf).with_context(|| {
-                    format!(
-                        "tierd sent no READY=1 within 60 s; see /tmp/tierd-{}.log",
-                        sc.name
-                    )
-                })?;
-                if String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .any(|l| l == "READY=1")
-                {
-                    break;
+                match sock.recv(&mut buf) {
+                    Ok(n) => {
+                        if String::from_utf8_lossy(&buf[..n])
+                            .lines()
+                            .any(|l| l == "READY=1")
+                        {
+                            break;
+                        }
+                    }
+                    Err(e) if started.elapsed() < READY_TIMEOUT => {
+                        // Slow, not yet failed: say where tierd's threads
+                        // wait in the kernel (the guest is gone afterwards).
+                        println!(
+                            "tierd not ready after {:.0} s ({e}); its threads' kernel stacks:\n{}",
+                            started.elapsed().as_secs_f64(),
+                            kernel_stacks(pid)
+                        );
+                    }
+                    Err(e) => {
+                        let path = format!("/tmp/tierd-{}.log", sc.name);
+                        let text = fs::read_to_string(&path).unwrap_or_default();
+                        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                        let tail: Vec<&str> = tail.into_iter().rev().collect();
+                        bail!(
+                            "tierd sent no READY=1 within {} s ({e}); the end of {path}:\n{}",
+                            READY_TIMEOUT.as_secs(),
+                            tail.join("\n")
+                        );
+                    }
                 }
             }
-            println!("tierd is ready (sd_notify READY=1)");
+            println!(
+                "tierd is ready (sd_notify READY=1) after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
             let pings = watchdog_pings.clone();
             thread::spawn(move || {
                 let mut buf = [0u8; 512];
@@ -1094,6 +1117,67 @@ fn main() -> Result<()> {
     }
     summarize(&sc, &results);
     Ok(())
+}
+
+/// How long tierscen waits for tierd's READY=1. Its start loads and attaches
+/// the eBPF probe, which takes ~4 s in an idle guest and took over 60 s on
+/// the CXL device right after a kernel-tiering run.
+const READY_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// `/proc/<pid>/task/*/stack` of a process, one block per thread (empty
+/// where the kernel does not expose stacks).
+fn kernel_stacks(pid: u32) -> String {
+    let mut out = String::new();
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let p = t.path();
+            let comm = fs::read_to_string(p.join("comm")).unwrap_or_default();
+            let stack = fs::read_to_string(p.join("stack")).unwrap_or_default();
+            // `syscall`: the syscall in progress, or `-1 <sp> <pc>` while in
+            // user space (the pc, with maps, locates a loop).
+            let sc = fs::read_to_string(p.join("syscall")).unwrap_or_default();
+            out += &format!(
+                "[{} {}] {} syscall {}\n{}",
+                t.file_name().to_string_lossy(),
+                comm.trim(),
+                state_times(&p),
+                sc.trim(),
+                stack
+            );
+        }
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        for l in maps.lines().filter(|l| l.contains("x") && l.contains('/')) {
+            out += &format!("  map {l}\n");
+        }
+    }
+    // And what else runs or waits uninterruptibly in the guest.
+    out += &format!(
+        "loadavg {}",
+        fs::read_to_string("/proc/loadavg").unwrap_or_default()
+    );
+    if let Ok(procs) = fs::read_dir("/proc") {
+        for p in procs.flatten().map(|e| e.path()) {
+            let st = state_times(&p);
+            if st.starts_with('R') || st.starts_with('D') {
+                let comm = fs::read_to_string(p.join("comm")).unwrap_or_default();
+                out += &format!("  {} {} {st}\n", p.display(), comm.trim());
+            }
+        }
+    }
+    out
+}
+
+/// `<state> utime=<ticks> stime=<ticks>` from a `/proc/<pid>` (or task)
+/// directory's `stat`; empty when unreadable.
+fn state_times(dir: &Path) -> String {
+    let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
+    // Fields after the parenthesised comm: state is the 1st, utime the 12th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    match (f.first(), f.get(11), f.get(12)) {
+        (Some(s), Some(u), Some(k)) => format!("{s} utime={u} stime={k}"),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]
