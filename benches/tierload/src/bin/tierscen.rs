@@ -1124,8 +1124,12 @@ fn main() -> Result<()> {
 /// the CXL device right after a kernel-tiering run.
 const READY_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// Nodes whose free memory the diagnostics print.
+const MAX_NODES_SHOWN: u32 = 4;
+
 /// `/proc/<pid>/task/*/stack` of a process, one block per thread (empty
-/// where the kernel does not expose stacks).
+/// where the kernel does not expose stacks), where its pages are, each
+/// node's free memory, and what else runs.
 fn kernel_stacks(pid: u32) -> String {
     let mut out = String::new();
     if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
@@ -1145,9 +1149,23 @@ fn kernel_stacks(pid: u32) -> String {
                 stack
             );
         }
-        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        for l in maps.lines().filter(|l| l.contains("x") && l.contains('/')) {
-            out += &format!("  map {l}\n");
+        // Where its pages are: the sum of numa_maps' `N<node>=<pages>`.
+        let nm = fs::read_to_string(format!("/proc/{pid}/numa_maps")).unwrap_or_default();
+        let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+        for w in nm.split_whitespace() {
+            if let Some((n, pages)) = w.strip_prefix('N').and_then(|r| r.split_once('=')) {
+                *per_node.entry(format!("node{n}")).or_default() +=
+                    pages.parse::<u64>().unwrap_or(0);
+            }
+        }
+        out += &format!("its pages per node (numa_maps): {per_node:?}\n");
+    }
+    for n in 0..MAX_NODES_SHOWN {
+        let p = format!("/sys/devices/system/node/node{n}/meminfo");
+        if let Ok(m) = fs::read_to_string(&p) {
+            if let Some(l) = m.lines().find(|l| l.contains("MemFree")) {
+                out += &format!("{}\n", l.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
         }
     }
     // And what else runs or waits uninterruptibly in the guest.
