@@ -75,7 +75,6 @@ start_log() {
 # emit_report NAME LOG: one line `REPORT <name> <uptime s> <last JSON report>`.
 emit_report() { echo "REPORT $1 $(cut -d' ' -f1 /proc/uptime) $(grep '^{' "$2" | tail -1)"; }
 
-
 # kdamonds: one line `KDAMONDS <nr_kdamonds> <state of each>`.
 kdamonds() {
     local d=/sys/kernel/mm/damon/admin/kdamonds n s=""
@@ -84,11 +83,19 @@ kdamonds() {
     echo "KDAMONDS $n$s"
 }
 
-# wait_cycles N (1-9): polls /status until tierd has run at least N cycles
+# tierd_cycles: the full cycles tierd has run (its /status `cycles`; 0
+# before the first).
+tierd_cycles() {
+    local c
+    c=$(tierctl status --json 2>/dev/null | sed -n 's/.*"cycles":\([0-9]*\).*/\1/p')
+    echo "${c:-0}"
+}
+
+# wait_cycles N: polls /status until tierd has run at least N cycles
 # (60 s at most).
 wait_cycles() {
     local i=0
-    until tierctl status --json 2>/dev/null | grep -qE "\"cycles\":([$1-9]|[1-9][0-9])"; do
+    until [ "$(tierd_cycles)" -ge "$1" ]; do
         i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: fewer than $1 cycles in 60 s"; cat /tmp/tierd.log; return 1; }
         sleep 0.2
     done
@@ -100,8 +107,8 @@ wait_cycles() {
 # a full cycle between its two reads.
 next_cycle() {
     local c i=0
-    c=$(tierctl status --json | sed -n 's/.*"cycles":\([0-9]*\).*/\1/p')
-    until [ "$(tierctl status --json | sed -n 's/.*"cycles":\([0-9]*\).*/\1/p')" -gt "${c:-0}" ]; do
+    c=$(tierd_cycles)
+    until [ "$(tierd_cycles)" -gt "$c" ]; do
         i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: no full cycle of tierd in 60 s"; return 1; }
         sleep 0.2
     done

@@ -726,9 +726,9 @@ fn run_mode(
                         // Slow, not yet failed: say where tierd's threads
                         // wait in the kernel (the guest is gone afterwards).
                         println!(
-                            "tierd not ready after {:.0} s ({e}); its threads' kernel stacks:\n{}",
+                            "tierd not ready after {:.0} s ({e}); its threads, pages and the guest:\n{}",
                             started.elapsed().as_secs_f64(),
-                            kernel_stacks(pid)
+                            start_diagnostics(pid)
                         );
                     }
                     Err(e) => {
@@ -1130,22 +1130,18 @@ const MAX_NODES_SHOWN: u32 = 4;
 /// `/proc/<pid>/task/*/stack` of a process, one block per thread (empty
 /// where the kernel does not expose stacks), where its pages are, each
 /// node's free memory, and what else runs.
-fn kernel_stacks(pid: u32) -> String {
+fn start_diagnostics(pid: u32) -> String {
     let mut out = String::new();
     if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
             let p = t.path();
             let comm = fs::read_to_string(p.join("comm")).unwrap_or_default();
             let stack = fs::read_to_string(p.join("stack")).unwrap_or_default();
-            // `syscall`: the syscall in progress, or `-1 <sp> <pc>` while in
-            // user space (the pc, with maps, locates a loop).
-            let sc = fs::read_to_string(p.join("syscall")).unwrap_or_default();
             out += &format!(
-                "[{} {}] {} syscall {}\n{}",
+                "[{} {}] {}\n{}",
                 t.file_name().to_string_lossy(),
                 comm.trim(),
                 state_times(&p),
-                sc.trim(),
                 stack
             );
         }
