@@ -158,10 +158,17 @@ pub struct PolicyParams {
     pub burst_s: f64,
     /// Ping-pong detection and damping.
     pub thrash: ThrashParams,
-    /// Window over which an under-target container must have grown on the
-    /// fast tier (or arrived) for its deficit to count as need, in ms (see
+    /// When tierd promotes, an under-target container claims this much
+    /// time of its promotion budget as room, in ms (see
     /// [`Plan::need_bytes`]).
     pub need_window_ms: u64,
+    /// Whether tierd promotes (`promotion = "tierd"`): it promotes only
+    /// into free room above the headroom, so an under-target container
+    /// claims a window of its promotion budget. With the kernel's
+    /// promotion (false) the headroom is its room: NUMA balancing promotes
+    /// into it and, short of free pages, wakes kswapd, which demotes
+    /// unprotected pages (mm/migrate.c `migrate_misplaced_folio_prepare`).
+    pub tierd_promotes: bool,
     /// How long no container may be under its target (and none arrive or
     /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
     pub steady_ms: u64,
@@ -208,6 +215,7 @@ impl Default for PolicyParams {
             burst_s: 2.0,
             thrash: ThrashParams::default(),
             need_window_ms: 10_000,
+            tierd_promotes: false,
             steady_ms: 10_000,
         }
     }
@@ -289,15 +297,18 @@ pub struct Plan {
     pub pool_bytes: u64,
     /// True when the guarantees alone exceeded the pool and were scaled down.
     pub guarantees_scaled: bool,
-    /// Fast-tier room needed this cycle, in bytes: the headroom deficit
-    /// (unmanaged + managed fast-tier bytes + headroom − capacity, at least
-    /// 0) plus, for every under-target container that claims room (arrived
-    /// within [`PolicyParams::need_window_ms`] or grew on the fast tier by
-    /// [`crate::solve::CLAIM_GROWTH_BYTES`] over it), min(target − fast, its
-    /// lower-tier bytes).
-    /// Demotion below
-    /// `local_high` never exceeds it: a byte is demoted only when an
-    /// under-target container or the headroom needs the room.
+    /// Fast-tier room needed this cycle, in bytes: headroom + claims −
+    /// free (free = capacity − unmanaged − managed fast-tier bytes; at
+    /// least 0). Each under-target container claims, up to min(target −
+    /// fast, its lower-tier bytes), the largest of what its `local_low`
+    /// guarantee lacks, its recallable bytes and, when tierd promotes
+    /// ([`PolicyParams::tierd_promotes`]), [`PolicyParams::need_window_ms`]
+    /// of its promotion budget. Demotion below `local_high` never exceeds
+    /// it: a byte is demoted only when an under-target container or the
+    /// headroom needs the room, and free room is not made twice. With the
+    /// kernel's promotion the headroom is the room promotions use (and
+    /// kswapd makes more when it runs short): room made ahead of a
+    /// promotion that stalls would stay empty.
     pub need_bytes: u64,
     /// One entry per container of the snapshot; [`crate::solve`] sorts them
     /// by id.
@@ -334,10 +345,6 @@ pub struct PolicyState {
     /// Sum of `elapsed_ms` over all snapshots: the policy's own clock.
     pub clock_ms: u64,
     pub thrash: std::collections::BTreeMap<ContainerId, ThrashState>,
-    /// Per container, (clock_ms, fast-tier bytes) of the snapshots inside
-    /// `need_window_ms` (plus the one just before it).
-    pub fast_history:
-        std::collections::BTreeMap<ContainerId, std::collections::VecDeque<(u64, u64)>>,
     pub steady: SteadyState,
 }
 

@@ -219,45 +219,42 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let managed_fast = cs
         .iter()
         .fold(0u64, |acc, c| acc.saturating_add(c.fast_bytes));
-    // Headroom deficit = headroom − free, where free = capacity − unmanaged
-    // − managed; written without clamping free at 0, so a snapshot whose
-    // counters overcommit the tier (read at different instants) counts the
-    // whole overcommit as needed room.
-    let headroom_deficit = snapshot
+    // Room the tierd promoter fills in one window (promotion = "tierd").
+    let promoter_window_bytes = if params.tierd_promotes {
+        whole_bytes(
+            params.container_promote_bytes_per_s as f64 * params.need_window_ms as f64 / 1000.0,
+        )
+    } else {
+        0
+    };
+    // What each under-target container claims beyond the headroom. With
+    // the kernel's promotion nothing but what a guarantee lacks and known-
+    // hot pages: NUMA balancing promotes into the headroom and, short of
+    // free pages, wakes kswapd, which demotes the unprotected (over-target)
+    // containers (mm/migrate.c `migrate_misplaced_folio_prepare`). Room
+    // made ahead of it stays empty whenever NUMA balancing backs its scan
+    // off (to a minute between scans).
+    let claims = under.iter().fold(0u64, |acc, &(i, w)| {
+        // A `local_low` guarantee is owed whether or not the container
+        // grows into it quickly: the kernel's promotion of a sparse hot
+        // set can take longer than a window.
+        let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
+        // Known-hot pages on the lower tier are promoted back as soon as
+        // there is room.
+        let claim = promoter_window_bytes.max(owed).max(cs[i].recallable_bytes);
+        acc.saturating_add(claim.min(w))
+    });
+    // Room needed = headroom + claims − free, where free = capacity −
+    // unmanaged − managed: free room already there is not made again (it
+    // is what the claimants grow into next). Written without clamping free
+    // at 0, so a snapshot whose counters overcommit the tier (read at
+    // different instants) counts the whole overcommit as needed room.
+    let need_bytes = snapshot
         .fast_unmanaged_bytes
         .saturating_add(managed_fast)
         .saturating_add(params.headroom_bytes)
+        .saturating_add(claims)
         .saturating_sub(snapshot.fast_capacity_bytes);
-    // Fast-tier bytes of every container over the claim window.
-    let mut history = std::mem::take(&mut state.fast_history);
-    let window_ms = params.need_window_ms;
-    for c in &cs {
-        let q = history.entry(c.id).or_default();
-        q.push_back((now_ms, c.fast_bytes));
-        // Keep the last entry at or before the window's start: the front
-        // is then the first snapshot ever only while it is inside it.
-        while q.len() > 1 && q[1].0.saturating_add(window_ms) <= now_ms {
-            q.pop_front();
-        }
-    }
-    history.retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
-    let need_bytes = under.iter().fold(headroom_deficit, |acc, &(i, w)| {
-        let claim = if claims_room(&history[&cs[i].id], now_ms, window_ms) {
-            w
-        } else {
-            // A `local_low` guarantee is owed whether or not the container
-            // grows into it quickly: the kernel's promotion of a sparse hot
-            // set can take longer than the claim window.
-            plans[i]
-                .guarantee_bytes
-                .saturating_sub(cs[i].fast_bytes)
-                .min(w)
-        };
-        // Known-hot pages on the lower tier are promoted back as soon as
-        // there is room: a claim whether or not the container grows.
-        acc.saturating_add(claim.max(cs[i].recallable_bytes.min(w)))
-    });
-    state.fast_history = history;
     let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
@@ -325,37 +322,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         steady,
     }
 }
-
-/// Whether an under-target container claims room: it arrived within the
-/// window, or its fast-tier bytes rose by [`CLAIM_GROWTH_BYTES`] over it.
-/// Room made for a container that does not grow into it is filled by the
-/// kernel's promotion of whoever takes hint faults (often the container
-/// just demoted, over its target again), or stays empty: demoting for it
-/// only moves pages back and forth.
-///
-/// `history` holds (clock ms, fast bytes) oldest first, from the last entry
-/// at or before the window's start (if any) to this cycle's.
-fn claims_room(
-    history: &std::collections::VecDeque<(u64, u64)>,
-    now_ms: u64,
-    window_ms: u64,
-) -> bool {
-    let Some(&(first_t, _)) = history.front() else {
-        return true;
-    };
-    if first_t.saturating_add(window_ms) > now_ms {
-        return true;
-    }
-    let now = history.back().map_or(0, |&(_, b)| b);
-    let low = history.iter().map(|&(_, b)| b).min().unwrap_or(now);
-    now >= low.saturating_add(CLAIM_GROWTH_BYTES)
-}
-
-/// Growth of fast-tier bytes over [`PolicyParams::need_window_ms`] that
-/// shows an under-target container taking the room made for it (4 MiB: a
-/// thousand base pages, above the jitter of `memory.numa_stat` between
-/// samples of an idle container).
-pub const CLAIM_GROWTH_BYTES: u64 = 4 << 20;
 
 /// Cuts the demotion wants `over` (index, bytes above target) down to what
 /// the fast tier needs: each container's bytes above its `local_high` are

@@ -25,6 +25,7 @@ fn params() -> PolicyParams {
         burst_s: 1.0,
         thrash: ThrashParams::default(),
         need_window_ms: 10_000,
+        tierd_promotes: false,
         steady_ms: 10_000,
     }
 }
@@ -883,6 +884,18 @@ fn over_target_container_gives_only_the_room_that_is_needed() {
     let plan = run(&s, &p);
     assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
     assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
+    // With a narrower band B is under target: the kernel's promotion
+    // takes the headroom first, so nothing moves yet; when tierd promotes
+    // (only into free room above the headroom) B claims its 20 MiB.
+    assert_eq!(plan.need_bytes, 0);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    let plan = run(
+        &s,
+        &PolicyParams {
+            tierd_promotes: true,
+            ..p
+        },
+    );
     assert_eq!(plan.need_bytes, 20 * MIB);
     assert_eq!(plan.get(1).unwrap().demote_bytes, 20 * MIB);
 }
@@ -957,6 +970,7 @@ fn claim_case(b: ContainerSnapshot) -> (PolicyParams, PolicyState, Snapshot) {
     let p = PolicyParams {
         demand: DemandSource::Usage,
         need_window_ms: 10_000,
+        tierd_promotes: false,
         steady_ms: 10_000,
         ..params()
     };
@@ -965,55 +979,67 @@ fn claim_case(b: ContainerSnapshot) -> (PolicyParams, PolicyState, Snapshot) {
 }
 
 #[test]
-fn an_under_target_container_claims_room_only_while_it_arrives_or_grows() {
+fn with_the_kernels_promotion_only_the_headroom_is_room_made_ahead() {
     // Pool 1024, two 700 MiB tenants, targets 512. A holds 612 (100 over),
-    // B 412 with 288 below (100 under).
-    let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
-    // Within the window after its arrival B claims its whole deficit.
+    // B 412 with 288 below (100 under); the tier is full. The kernel
+    // promotes B into the headroom (and kswapd demotes the unprotected A
+    // when that runs short): nothing is demoted for B ahead of it.
+    let (mut p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
     let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
     assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
-    assert_eq!(plan.need_bytes, 100 * MIB);
-    assert_eq!(plan.get(1).unwrap().demote_bytes, 100 * MIB);
-    s.elapsed_ms = 5_000;
-    assert_eq!(solve(&s, &p, &mut st).need_bytes, 100 * MIB);
-    // A window after arrival, B has not grown (the room made for it was
-    // not taken): no need, and A keeps the DRAM nobody would fill.
-    let plan = solve(&s, &p, &mut st);
     assert_eq!(plan.need_bytes, 0);
     assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
-    // B grows by 6 MiB (≥ 4 MiB) within the window: it claims again.
-    s.elapsed_ms = 2_000;
-    s.containers[0].fast_bytes = 606 * MIB;
-    s.containers[1].fast_bytes = 418 * MIB;
-    s.containers[1].slow_bytes = 282 * MIB;
+    // With a 32 MiB headroom, the tier 32 MiB into it: A gives up 32.
+    p.headroom_bytes = 32 * MIB;
+    s.elapsed_ms = 1_000;
     let plan = solve(&s, &p, &mut st);
-    assert_eq!(plan.need_bytes, 94 * MIB);
-    assert_eq!(plan.get(1).unwrap().demote_bytes, 94 * MIB);
-    // 2 MiB of growth is jitter, not a claim: a window later it lapses.
-    s.elapsed_ms = 10_000;
-    s.containers[1].fast_bytes = 420 * MIB;
-    s.containers[1].slow_bytes = 280 * MIB;
-    s.containers[0].fast_bytes = 604 * MIB;
+    assert_eq!(plan.need_bytes, 32 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 32 * MIB);
+    // B was promoted into the freed headroom (A at 580, B at 444) and
+    // filled it: A gives up the next 32.
+    s.containers[0].fast_bytes = 580 * MIB;
+    s.containers[0].slow_bytes = 120 * MIB;
+    s.containers[1].fast_bytes = 444 * MIB;
+    s.containers[1].slow_bytes = 256 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 32 * MIB);
+    // While the promotion stalls, the headroom stays free and nothing more
+    // leaves A: DRAM is not emptied for a promotion that does not come.
+    s.containers[0].fast_bytes = 548 * MIB;
+    s.containers[0].slow_bytes = 152 * MIB;
     assert_eq!(solve(&s, &p, &mut st).need_bytes, 0);
-    // A container gone from the snapshot leaves no history behind.
-    s.containers.truncate(1);
-    solve(&s, &p, &mut st);
-    assert_eq!(st.fast_history.len(), 1);
+    assert_eq!(solve(&s, &p, &mut st).get(1).unwrap().demote_bytes, 0);
 }
 
 #[test]
-fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
-    // As above, but B has a 450 MiB local_low: after the window, still not
-    // growing, B claims what its guarantee lacks (450 - 412 = 38 MiB), not
-    // its whole 288 MiB deficit.
-    let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB).low(Share::Bytes(450 * MIB)));
+fn with_tierd_promoting_a_claim_covers_a_window_of_the_promotion_budget() {
+    // As above: tierd promotes only into free room, so B claims a window
+    // of its budget, 1 MiB/s × 10 s, less what is already free.
+    let (mut p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
+    p.tierd_promotes = true;
+    p.container_promote_bytes_per_s = MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 10 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 10 * MIB);
+    // A at 606 leaves 6 MiB free: 4 more are needed.
+    s.elapsed_ms = 1_000;
+    s.containers[0].fast_bytes = 606 * MIB;
+    s.containers[0].slow_bytes = 94 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 4 * MIB);
+    // Never more than B's deficit.
+    p.container_promote_bytes_per_s = 64 * MIB;
+    assert_eq!(solve(&s, &p, &mut st).need_bytes, 100 * MIB - 6 * MIB);
+}
+
+#[test]
+fn a_guarantee_short_on_the_fast_tier_claims_room() {
+    // As above, but B has a 450 MiB local_low: B claims what its guarantee
+    // lacks (450 - 412 = 38 MiB), not its whole 288 MiB deficit.
+    let (p, mut st, s) = claim_case(c(2, 412 * MIB, 288 * MIB).low(Share::Bytes(450 * MIB)));
     // The guarantee comes first, the rest is shared: B's target is its
     // whole 700 MiB.
     let plan = solve(&s, &p, &mut st);
     assert_eq!(target(&plan, 2), 700 * MIB);
-    assert_eq!(plan.need_bytes, 288 * MIB);
-    s.elapsed_ms = 11_000;
-    let plan = solve(&s, &p, &mut st);
     assert_eq!(plan.get(2).unwrap().state, PlacementState::UnderTarget);
     assert_eq!(plan.need_bytes, 38 * MIB);
     assert_eq!(plan.get(1).unwrap().demote_bytes, 38 * MIB);
@@ -1027,13 +1053,10 @@ fn a_guarantee_short_on_the_fast_tier_claims_room_without_growing() {
 
 #[test]
 fn known_hot_bytes_on_the_lower_tier_claim_room_without_growing() {
-    // As above: a window after arrival B has not grown, so it claims
-    // nothing; once the daemon finds 30 MiB of B's known-hot pages on the
-    // lower tier (kswapd demoted them), B claims those 30 MiB and A gives
-    // them up, never more than B's deficit.
+    // As above: B claims nothing; once the daemon finds 30 MiB of B's
+    // known-hot pages on the lower tier (kswapd demoted them), B claims
+    // those 30 MiB and A gives them up, never more than B's deficit.
     let (p, mut st, mut s) = claim_case(c(2, 412 * MIB, 288 * MIB));
-    solve(&s, &p, &mut st);
-    s.elapsed_ms = 11_000;
     assert_eq!(solve(&s, &p, &mut st).need_bytes, 0);
     s.elapsed_ms = 1_000;
     s.containers[1].recallable_bytes = 30 * MIB;

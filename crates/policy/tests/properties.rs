@@ -74,9 +74,10 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0..=4 * GIB,
         0.0..=5.0f64,
         prop_oneof![Just(DemandSource::Usage), Just(DemandSource::HotSet)],
+        any::<bool>(),
     )
         .prop_map(
-            |(headroom, frac, band_min, rate, grate, burst, demand)| PolicyParams {
+            |(headroom, frac, band_min, rate, grate, burst, demand, tierd_promotes)| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
                 band_fraction: frac,
@@ -88,6 +89,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 burst_s: burst,
                 thrash: ThrashParams::default(),
                 need_window_ms: 10_000,
+                tierd_promotes,
                 steady_ms: 10_000,
             },
         )
@@ -353,7 +355,9 @@ proptest! {
 
     /// Work-conserving demotion: below local_high, the over-target
     /// containers together are asked for at most the room the fast tier
-    /// needs (headroom deficit + under-target containers' deficits).
+    /// needs: headroom + claims − free, where an under-target container
+    /// claims (up to its deficit) what its guarantee lacks and, when tierd
+    /// promotes, a window of its promotion budget.
     #[test]
     fn demotion_below_local_high_never_exceeds_the_need(s in snapshot(), p in params()) {
         let plan = fresh(&s, &p);
@@ -365,13 +369,18 @@ proptest! {
         }
         prop_assert!(discretionary <= u128::from(plan.need_bytes));
         let managed: u128 = s.containers.iter().map(|c| u128::from(c.fast_bytes)).sum();
-        let deficit = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes))
-            .saturating_sub(u128::from(s.fast_capacity_bytes));
-        let under: u128 = s.containers.iter()
+        let window = if p.tierd_promotes { u128::from(p.container_promote_bytes_per_s) * 10 } else { 0 };
+        let claims: u128 = s.containers.iter()
             .map(|c| (c, plan.get(c.id).unwrap()))
             .filter(|(_, pc)| pc.state == PlacementState::UnderTarget)
-            .map(|(c, pc)| u128::from(pc.target_bytes.saturating_sub(c.fast_bytes).min(c.slow_bytes)))
+            .map(|(c, pc)| {
+                let deficit = u128::from(pc.target_bytes.saturating_sub(c.fast_bytes).min(c.slow_bytes));
+                let owed = u128::from(pc.guarantee_bytes.saturating_sub(c.fast_bytes));
+                window.max(owed).min(deficit)
+            })
             .sum();
-        prop_assert_eq!(u128::from(plan.need_bytes), (deficit + under).min(u128::from(u64::MAX)));
+        let need = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes) + claims)
+            .saturating_sub(u128::from(s.fast_capacity_bytes));
+        prop_assert_eq!(u128::from(plan.need_bytes), need.min(u128::from(u64::MAX)));
     }
 }

@@ -911,6 +911,7 @@ impl Config {
                 max_level: 4,
             },
             need_window_ms: 10_000,
+            tierd_promotes: self.daemon.promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
         }
     }
