@@ -142,6 +142,16 @@ hot_set_on_node1() {
     emit_node tenants.slice/a
 }
 
+# emit_goals: one `GOAL metric value nid path` line per DAMOS quota goal of
+# every kdamond (per-memcg goals: Linux 6.19+).
+emit_goals() {
+    local g
+    for g in /sys/kernel/mm/damon/admin/kdamonds/*/contexts/0/schemes/*/quotas/goals/[0-9]*; do
+        [ -f "$g/target_metric" ] || continue
+        echo "GOAL $(cat $g/target_metric) $(cat $g/target_value) $(cat $g/nid) $(cat $g/path 2>/dev/null)"
+    done
+}
+
 # damon_stat_off: stops DAMON_STAT's exclusive kdamond where the kernel runs
 # one (Linux 6.17+, on from boot on 7.x), as an operator does before tierd
 # may use DAMON (tierd never stops kdamonds it did not create). Prints

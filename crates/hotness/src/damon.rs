@@ -17,6 +17,8 @@
 //! <root>/kdamonds/<K>/contexts/0/schemes/<S>/{action,apply_interval_us,target_nid}
 //!     access_pattern/{sz,nr_accesses,age}/{min,max}
 //!     quotas/{ms,bytes,reset_interval_ms,effective_bytes,goals/nr_goals}
+//!     quotas/goals/<G>/{target_metric,target_value,current_value,nid}
+//!     (node metrics 6.16+; per-memcg metrics and goals/<G>/path 6.19+)
 //!     quotas/weights/{sz_permil,nr_accesses_permil,age_permil}
 //!     watermarks/{metric,interval_us,high,mid,low}
 //!     filters/nr_filters, filters/<F>/{type,matching,memcg_path,addr_start,addr_end,damon_target_idx}
@@ -308,6 +310,43 @@ pub struct Filter {
     pub matching: bool,
 }
 
+/// A DAMOS quota goal metric (`quotas/goals/<G>/target_metric`), in basis
+/// points (1/10,000) of node `nid`'s total memory
+/// (Documentation/mm/damon/design.rst, "Aim-oriented Feedback-driven
+/// Auto-tuning"; `mm/damon/core.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GoalMetric {
+    /// `node_memcg_used_bp`: the memcg's LRU pages on the node (6.19+).
+    NodeMemcgUsedBp,
+    /// `node_memcg_free_bp`: 10,000 − `node_memcg_used_bp` (6.19+).
+    NodeMemcgFreeBp,
+}
+
+impl GoalMetric {
+    /// The sysfs string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoalMetric::NodeMemcgUsedBp => "node_memcg_used_bp",
+            GoalMetric::NodeMemcgFreeBp => "node_memcg_free_bp",
+        }
+    }
+}
+
+/// One DAMOS quota goal: the kernel tunes the scheme's effective quota
+/// (at most ×2 per reset interval while the metric is below `target_value`,
+/// less above it, from 1 byte, capped by `quotas/bytes`) so that the
+/// action drives the metric to the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaGoal {
+    pub metric: GoalMetric,
+    /// Target, basis points of node `nid`'s total memory (0..=10,000).
+    pub target_value: u64,
+    pub nid: u32,
+    /// memcg path from the cgroup2 mount, with a leading `/` (the goal's
+    /// `path` file; resolved to a cgroup id when the goals are committed).
+    pub memcg_path: String,
+}
+
 /// One DAMOS scheme.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Scheme {
@@ -319,6 +358,9 @@ pub struct Scheme {
     pub filters: Vec<Filter>,
     /// Apply interval (µs); 0 = the aggregation interval.
     pub apply_interval_us: u64,
+    /// Quota goals (none: the quota is fixed).
+    #[serde(default)]
+    pub goals: Vec<QuotaGoal>,
 }
 
 impl Scheme {
@@ -331,6 +373,7 @@ impl Scheme {
             target_nid: None,
             filters: Vec::new(),
             apply_interval_us: 0,
+            goals: Vec::new(),
         }
     }
 
@@ -844,7 +887,28 @@ impl Damon {
             b,
         )?;
         write_busy(&w.join("age_permil"), &s.quota.age_permil.to_string(), b)?;
-        write_count(&q.join("goals/nr_goals"), 0, b)?;
+        let goals = q.join("goals");
+        write_count(&goals.join("nr_goals"), s.goals.len(), b)?;
+        for (i, g) in s.goals.iter().enumerate() {
+            let gd = goals.join(i.to_string());
+            // Per-memcg metrics need the goal's `path` file (6.19+): on
+            // an older kernel the metric name would be refused with a
+            // bare EINVAL, so say what is missing instead.
+            if !gd.join("path").exists() {
+                return Err(Error::Spec {
+                    path: gd.join("path"),
+                    detail: format!(
+                        "this kernel's DAMON has no per-memcg quota goals ({} needs \
+                         Linux 6.19 or later); use the mover without goals",
+                        g.metric.as_str()
+                    ),
+                });
+            }
+            write_busy(&gd.join("target_metric"), g.metric.as_str(), b)?;
+            write_busy(&gd.join("target_value"), &g.target_value.to_string(), b)?;
+            write_busy(&gd.join("nid"), &g.nid.to_string(), b)?;
+            write_busy(&gd.join("path"), &g.memcg_path, b)?;
+        }
         write_busy(&d.join("watermarks/metric"), "none", b)?;
         // 6.15 and later split the filters by the layer that evaluates
         // them (`core_filters/`: addr, target; `ops_filters/`: anon, memcg,

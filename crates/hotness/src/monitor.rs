@@ -152,6 +152,7 @@ impl HeatMonitor {
                     matching: false,
                 }],
                 apply_interval_us: 0,
+                goals: Vec::new(),
             })
             .collect();
         KdamondSpec {

@@ -127,6 +127,32 @@ impl<'de> Deserialize<'de> for Bytes {
     }
 }
 
+/// `daemon.headroom` as written: `"auto"` or a byte amount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headroom {
+    /// The larger of [`MIN_AUTO_HEADROOM`] and the kernel's free-memory
+    /// reserve of the fast nodes (zone `high`/`promo` watermarks of
+    /// `/proc/zoneinfo`, read at start and at each reload).
+    Auto,
+    Bytes(u64),
+}
+
+/// The least headroom `"auto"` gives: 64 MiB, room for a second of
+/// allocations or a burst of promotions on a small host.
+pub const MIN_AUTO_HEADROOM: u64 = 64 << 20;
+
+impl<'de> Deserialize<'de> for Headroom {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match IntOrString::deserialize(d)? {
+            IntOrString::Int(n) => Ok(Headroom::Bytes(n)),
+            IntOrString::Str(s) if s.trim() == "auto" => Ok(Headroom::Auto),
+            IntOrString::Str(s) => parse_bytes(&s)
+                .map(Headroom::Bytes)
+                .map_err(|e| serde::de::Error::custom(format!("{e}, or \"auto\""))),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for ShareSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match IntOrString::deserialize(d)? {
@@ -294,8 +320,8 @@ pub struct DaemonConfig {
     /// How over-target containers are demoted.
     pub demotion: DemotionMechanism,
     /// Free fast-tier memory kept out of every container's share, for new
-    /// allocations and promotions.
-    pub headroom: Bytes,
+    /// allocations and promotions (see [`Config::headroom_bytes`]).
+    pub headroom: Headroom,
     /// Value tierd writes to `/sys/kernel/mm/numa/demotion_enabled` at start
     /// (restored at exit). Demotion via `memory.reclaim` needs it true.
     pub demotion_enabled: bool,
@@ -328,7 +354,7 @@ impl Default for DaemonConfig {
             recall: true,
             mover_batch: 1024,
             demotion: DemotionMechanism::Auto,
-            headroom: Bytes(64 << 20),
+            headroom: Headroom::Auto,
             demotion_enabled: true,
             numa_balancing: Some(2),
             journal: "/run/tierd/journal.json".into(),
@@ -553,6 +579,9 @@ pub struct Config {
     matchers: Vec<GlobMatcher>,
     band_fraction: f64,
     listen: SocketAddr,
+    /// The kernel's free-memory reserve of the fast nodes, bytes (0 until
+    /// [`Config::set_fast_reserve`]).
+    fast_reserve_bytes: u64,
 }
 
 impl Config {
@@ -595,7 +624,7 @@ impl Config {
         // [daemon] without its reloadable keys.
         let fixed = |d: &DaemonConfig| DaemonConfig {
             interval: Duration::ZERO,
-            headroom: Bytes(0),
+            headroom: Headroom::Auto,
             ..d.clone()
         };
         if fixed(&self.daemon) != fixed(&new.daemon) {
@@ -854,7 +883,25 @@ impl Config {
             matchers,
             band_fraction,
             listen,
+            fast_reserve_bytes: 0,
         })
+    }
+
+    /// Records the kernel's free-memory reserve of the fast nodes (zone
+    /// `high`/`promo` watermarks summed, bytes), which `headroom = "auto"`
+    /// follows.
+    pub fn set_fast_reserve(&mut self, bytes: u64) {
+        self.fast_reserve_bytes = bytes;
+    }
+
+    /// The headroom in bytes: as written, or for `"auto"` the larger of
+    /// [`MIN_AUTO_HEADROOM`] and the fast nodes' reserve (below the
+    /// reserve kswapd demotes in LRU order before the targets are met).
+    pub fn headroom_bytes(&self) -> u64 {
+        match self.daemon.headroom {
+            Headroom::Bytes(b) => b,
+            Headroom::Auto => MIN_AUTO_HEADROOM.max(self.fast_reserve_bytes),
+        }
     }
 
     /// The metrics endpoint address.
@@ -896,7 +943,7 @@ impl Config {
                 DemandMode::Usage => policy::DemandSource::Usage,
                 DemandMode::HotSet => policy::DemandSource::HotSet,
             },
-            headroom_bytes: self.daemon.headroom.0,
+            headroom_bytes: self.headroom_bytes(),
             band_fraction: self.band_fraction,
             band_min_bytes: l.band_min.0,
             container_demote_bytes_per_s: l.demote_rate.0,
@@ -1090,7 +1137,29 @@ mod tests {
         assert_eq!(c.daemon.interval, Duration::from_secs(2));
         assert_eq!(c.listen_addr().to_string(), "127.0.0.1:9464");
         assert!(c.policies.is_empty());
+        assert_eq!(c.daemon.headroom, Headroom::Auto);
         assert_eq!(c.policy_params().headroom_bytes, 64 << 20);
+    }
+
+    /// `headroom = "auto"` follows the fast nodes' reserve above 64 MiB; a
+    /// byte amount is taken as written; anything else is refused naming
+    /// the key.
+    #[test]
+    fn auto_headroom_follows_the_kernels_reserve() {
+        let mut c = parse("[daemon]\nheadroom = \"auto\"\n").unwrap();
+        c.set_fast_reserve(40 << 20);
+        assert_eq!(c.headroom_bytes(), 64 << 20);
+        // The 7.3 guest's DRAM node with the CXL device: 77 MiB.
+        c.set_fast_reserve(77 << 20);
+        assert_eq!(c.headroom_bytes(), 77 << 20);
+        assert_eq!(c.policy_params().headroom_bytes, 77 << 20);
+        let mut c = parse("[daemon]\nheadroom = \"32MiB\"\n").unwrap();
+        c.set_fast_reserve(77 << 20);
+        assert_eq!(c.headroom_bytes(), 32 << 20);
+        let e = parse("[daemon]\nheadroom = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("headroom") && e.contains("auto"), "{e}");
     }
 
     #[test]

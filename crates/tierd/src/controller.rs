@@ -163,12 +163,14 @@ struct Hotness {
     readings: HashMap<u64, ContainerReading>,
 }
 
-/// Warns when `daemon.headroom` is below the kernel's own free-memory reserve
-/// of the fast tier (zone `high`/`promo` watermarks, `/proc/zoneinfo`): tierd
-/// would then fill DRAM past the point where kswapd starts demoting in LRU
-/// order, and the targets could not hold. The reserve is also why a hot set
-/// larger than DRAM cannot have more than DRAM − reserve − other use on it.
-fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
+/// Reads the kernel's own free-memory reserve of the fast tier (zone
+/// `high`/`promo` watermarks, `/proc/zoneinfo`) into `cfg`, which
+/// `headroom = "auto"` follows, and logs the headroom in use. Warns when a
+/// headroom written in bytes is below the reserve: tierd would then fill
+/// DRAM past the point where kswapd starts demoting in LRU order, and the
+/// targets could not hold. The reserve is also why a hot set larger than
+/// DRAM cannot have more than DRAM − reserve − other use on it.
+fn apply_fast_reserve(cfg: &mut Config, topo: &Topology) {
     let path = cfg.daemon.procfs_root.join("zoneinfo");
     let reserve = std::fs::read_to_string(&path)
         .map_err(|e| e.to_string())
@@ -181,14 +183,25 @@ fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
                 .filter(|(n, _)| fast.contains(n))
                 .map(|(_, p)| p * crate::mover::base_page_size())
                 .sum();
-            let headroom = cfg.daemon.headroom.0;
-            if headroom < bytes {
+            cfg.set_fast_reserve(bytes);
+            let headroom = cfg.headroom_bytes();
+            if cfg.daemon.headroom == crate::config::Headroom::Auto {
+                tracing::info!(
+                    headroom_bytes = headroom,
+                    kernel_reserve_bytes = bytes,
+                    "fast-tier headroom (daemon.headroom = \"auto\"): the larger of 64 MiB and \
+                     the kernel's free-memory reserve of the fast tier ({}: zone high/promo \
+                     watermarks)",
+                    path.display()
+                );
+            } else if headroom < bytes {
                 tracing::warn!(
                     headroom_bytes = headroom,
                     kernel_reserve_bytes = bytes,
                     "daemon.headroom is below the kernel's free-memory reserve of the fast tier \
                      ({}: zone high/promo watermarks): kswapd will demote in LRU order before \
-                     the targets are reached; raise daemon.headroom to at least the reserve",
+                     the targets are reached; raise daemon.headroom to at least the reserve, \
+                     or set it to \"auto\"",
                     path.display()
                 );
             } else {
@@ -199,7 +212,11 @@ fn warn_headroom_below_reserve(cfg: &Config, topo: &Topology) {
                 );
             }
         }
-        Err(e) => tracing::debug!(error = %e, "kernel free-memory reserve unknown"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            headroom_bytes = cfg.headroom_bytes(),
+            "kernel free-memory reserve of the fast tier unknown; headroom as configured"
+        ),
     }
 }
 
@@ -256,7 +273,7 @@ impl Controller {
     /// Errors also when `daemon.cgroup_root` is not a writable cgroup v2
     /// hierarchy with the memory controller ([`CgroupFs::check_v2_memory`]):
     /// checked first, so nothing has been changed.
-    pub fn new(cfg: Config, metrics: Arc<Metrics>, status: Arc<Mutex<Status>>) -> Result<Self> {
+    pub fn new(mut cfg: Config, metrics: Arc<Metrics>, status: Arc<Mutex<Status>>) -> Result<Self> {
         let cg = CgroupFs::new(&cfg.daemon.cgroup_root);
         cg.check_v2_memory().with_context(|| {
             format!(
@@ -286,7 +303,7 @@ impl Controller {
         } else {
             tracing::info!(fast = ?topo.fast_nodes(), lower = ?topo.lower_nodes(),
                 fast_capacity_bytes = topo.fast_capacity_bytes(), "memory tiers discovered");
-            warn_headroom_below_reserve(&cfg, &topo);
+            apply_fast_reserve(&mut cfg, &topo);
         }
         metrics.tiered.set(i64::from(!observe_only));
         let faults = HintFaults::start(
@@ -582,9 +599,9 @@ impl Controller {
     /// [`Config::reloaded`]). Returns the sections whose changes wait for a
     /// restart.
     pub fn reload(&mut self, new: Config) -> Vec<&'static str> {
-        let (merged, restart) = self.cfg.reloaded(new);
+        let (mut merged, restart) = self.cfg.reloaded(new);
         if !self.observe_only {
-            warn_headroom_below_reserve(&merged, &self.topo);
+            apply_fast_reserve(&mut merged, &self.topo);
         }
         self.cfg = merged;
         self.cadence.force();

@@ -11,15 +11,20 @@
 //!   `migrate_hot` and one `migrate_cold` scheme per container (memcg filter,
 //!   an address filter for the source tier) whose quotas are the budgets;
 //!   what DAMON moved is read back from each scheme's `sz_applied`, since
-//!   DAMON migrations show up in no memcg counter.
+//!   DAMON migrations show up in no memcg counter. Where the kernel has
+//!   per-memcg quota goals (6.19+: a goal's `path` file) and the fast tier
+//!   is one node, each scheme also carries a goal at the container's
+//!   target (`node_memcg_used_bp` for migrate_hot, `node_memcg_free_bp`
+//!   for migrate_cold), so the kernel stops at the target between tierd's
+//!   cycles instead of spending a budget computed up to a cycle earlier.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hotness::damon::{
-    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, KdamondSpec, Ops, Quota, Range,
-    Scheme, TriedRegion,
+    AccessPattern, Action, Attrs, Damon, Filter, FilterKind, GoalMetric, KdamondSpec, Ops, Quota,
+    QuotaGoal, Range, Scheme, TriedRegion,
 };
 
 use crate::mover::{MoveError, MoveReport, Mover};
@@ -244,6 +249,8 @@ pub struct DamosOrder {
     pub demote_bytes: u64,
     /// Minimum idle age for migrate_cold, in aggregation intervals.
     pub cold_min_age: u32,
+    /// The container's fast-tier target, bytes (the quota goals' aim).
+    pub target_fast_bytes: u64,
 }
 
 /// What one DAMOS scheme did over an interval, from its stats.
@@ -279,6 +286,12 @@ pub struct DamosMover {
     /// When the kdamond was (re)started by this mover.
     started: Option<Instant>,
     running: bool,
+    /// MemTotal of the fast tier's one node, bytes: the basis of the quota
+    /// goals (None with several fast nodes: a goal names one node).
+    goal_node_bytes: Option<u64>,
+    /// Whether the kernel takes per-memcg quota goals: unknown until the
+    /// first spec with goals is written.
+    goals: Option<bool>,
 }
 
 /// DAMOS quota windows per tierd cycle. DAMOS applies a quota changed by a
@@ -290,6 +303,9 @@ pub struct DamosMover {
 const QUOTA_WINDOWS: u64 = 4;
 
 impl DamosMover {
+    /// `fast_node_bytes`: MemTotal of the fast tier when it is one node
+    /// (the basis of the quota goals), else None (no goals).
+    ///
     /// Errors if the nodes' physical ranges cannot be read from sysfs.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -301,6 +317,7 @@ impl DamosMover {
         fast_dest: u32,
         lower_dest: u32,
         reset_interval: Duration,
+        fast_node_bytes: Option<u64>,
     ) -> anyhow::Result<Self> {
         let ranges = |nodes: &[u32]| -> anyhow::Result<Vec<(u64, u64)>> {
             let mut v = Vec::new();
@@ -333,7 +350,41 @@ impl DamosMover {
             armed_quota: HashMap::new(),
             started: None,
             running: false,
+            goal_node_bytes: fast_node_bytes.filter(|&b| b > 0 && fast.len() == 1),
+            goals: None,
         })
+    }
+
+    /// The quota goal holding `o`'s container at its target on the fast
+    /// node (basis points of the node's MemTotal, rounded): for
+    /// migrate_hot its `node_memcg_used_bp` rises to the target, for
+    /// migrate_cold its `node_memcg_free_bp` (10,000 − used) rises to
+    /// 10,000 − target. None without a single fast node, or where the
+    /// kernel has no per-memcg goals.
+    fn goal(&self, o: &DamosOrder, dir: Direction) -> Option<QuotaGoal> {
+        let total = self.goal_node_bytes?;
+        if self.goals == Some(false) {
+            return None;
+        }
+        let bp =
+            (u128::from(o.target_fast_bytes) * 10_000 + u128::from(total) / 2) / u128::from(total);
+        let bp = bp.min(10_000) as u64;
+        let (metric, target_value) = match dir {
+            Direction::Promote => (GoalMetric::NodeMemcgUsedBp, bp),
+            Direction::Demote => (GoalMetric::NodeMemcgFreeBp, 10_000 - bp),
+        };
+        Some(QuotaGoal {
+            metric,
+            target_value,
+            nid: self.fast_dest,
+            memcg_path: o.memcg_path.clone(),
+        })
+    }
+
+    /// Whether the schemes carry per-memcg quota goals (known after the
+    /// first [`DamosMover::apply`] with a container).
+    pub fn uses_goals(&self) -> bool {
+        self.goals == Some(true)
     }
 
     /// Whether a scheme slot created at `created` is past its first quota
@@ -416,6 +467,7 @@ impl DamosMover {
             target_nid: Some(nid),
             filters: damos_filters(&o.memcg_path, exclude),
             apply_interval_us: 0,
+            goals: self.goal(o, dir).into_iter().collect(),
         }
     }
 
@@ -480,13 +532,41 @@ impl DamosMover {
             self.last_stats.clear();
             return Ok(moved);
         }
-        let spec = KdamondSpec {
+        let mut spec = KdamondSpec {
             ops: Ops::Paddr,
             attrs: self.attrs,
             pids: Vec::new(),
             schemes,
         };
-        damon.write_spec(self.idx, &spec)?;
+        let with_goals = spec.schemes.iter().any(|s| !s.goals.is_empty());
+        match damon.write_spec(self.idx, &spec) {
+            Ok(()) => {
+                if with_goals && self.goals.is_none() {
+                    tracing::info!(
+                        "DAMOS mover: per-memcg quota goals (node_memcg_used_bp for migrate_hot, \
+                         node_memcg_free_bp for migrate_cold) hold each container at its target"
+                    );
+                    self.goals = Some(true);
+                }
+            }
+            // Feature detection by the files present: a kernel without a
+            // goal's `path` file has no per-memcg goals.
+            Err(hotness::damon::Error::Spec { path, detail })
+                if with_goals && self.goals.is_none() =>
+            {
+                tracing::info!(
+                    path = %path.display(),
+                    reason = %detail,
+                    "DAMOS mover: no per-memcg quota goals on this kernel; quotas alone"
+                );
+                self.goals = Some(false);
+                for s in &mut spec.schemes {
+                    s.goals.clear();
+                }
+                damon.write_spec(self.idx, &spec)?;
+            }
+            Err(e) => return Err(e),
+        }
         if self.running {
             damon.commit(self.idx)?;
         } else {
@@ -632,6 +712,7 @@ mod tests {
             0,
             1,
             Duration::from_secs(1),
+            Some(1 << 30),
         )
         .unwrap()
     }
@@ -645,6 +726,7 @@ mod tests {
             promote_bytes: 4 << 20,
             demote_bytes: 8 << 20,
             cold_min_age: 30,
+            target_fast_bytes: 256 << 20,
         };
         let now = Instant::now();
         let up = m.scheme(&o, Direction::Promote, true);
@@ -697,6 +779,66 @@ mod tests {
             ..o
         };
         assert_eq!(m.scheme(&idle, Direction::Promote, true).quota.bytes, 1);
+    }
+
+    /// A container's schemes aim at its target on the fast node: 256 MiB of
+    /// a 1 GiB node is 2,500 bp used (migrate_hot) and 7,500 bp free
+    /// (migrate_cold); a kernel found without per-memcg goals, or several
+    /// fast nodes, give none.
+    #[test]
+    fn damos_goals_aim_at_the_target_on_the_fast_node() {
+        let mut m = fixture_damos_mover();
+        let o = DamosOrder {
+            container: 7,
+            memcg_path: "/tenants.slice/a".into(),
+            promote_bytes: 4 << 20,
+            demote_bytes: 8 << 20,
+            cold_min_age: 30,
+            target_fast_bytes: 256 << 20,
+        };
+        let up = m.scheme(&o, Direction::Promote, true);
+        assert_eq!(
+            up.goals,
+            vec![QuotaGoal {
+                metric: GoalMetric::NodeMemcgUsedBp,
+                target_value: 2_500,
+                nid: 0,
+                memcg_path: "/tenants.slice/a".into(),
+            }]
+        );
+        let down = m.scheme(&o, Direction::Demote, true);
+        assert_eq!(down.goals[0].metric, GoalMetric::NodeMemcgFreeBp);
+        assert_eq!(down.goals[0].target_value, 7_500);
+        // A target above the node is capped at the whole node.
+        let big = DamosOrder {
+            target_fast_bytes: 2 << 30,
+            ..o.clone()
+        };
+        assert_eq!(
+            m.scheme(&big, Direction::Promote, true).goals[0].target_value,
+            10_000
+        );
+        assert_eq!(
+            m.scheme(&big, Direction::Demote, true).goals[0].target_value,
+            0
+        );
+        m.goals = Some(false);
+        assert!(m.scheme(&o, Direction::Promote, true).goals.is_empty());
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linux-6.12/sys");
+        let two = DamosMover::new(
+            1,
+            Attrs::default(),
+            &root,
+            &[0, 1],
+            &[1],
+            0,
+            1,
+            Duration::from_secs(1),
+            Some(1 << 30),
+        )
+        .unwrap();
+        assert!(two.scheme(&o, Direction::Promote, true).goals.is_empty());
     }
 
     #[test]

@@ -1291,7 +1291,9 @@ while [ $more -gt 0 ] && [ $i -lt 240 ]; do
     hot_at_least 0.9 1 && more=$((more - 1))
     emit_status; emit_node tenants.slice/a; emit_report a /tmp/a.log; sleep 1
 done
+emit_goals
 kill -TERM $TIERD; wait $TIERD
+echo "GOALS_LOG $(grep -o 'no per-memcg quota goals\|hold each container at its target' /tmp/tierd.log | head -1)"
 echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 "#
     .replace("MOVER", mover);
@@ -1349,6 +1351,46 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     // stays on node 1.
     let (_, n1) = *n.last().unwrap();
     assert!(n1 >= 100, "cold pages were promoted too: {n:?}");
+    if mover == "damos" {
+        damos_goals_follow_the_kernel(&g.output);
+    }
+}
+
+/// The DAMOS mover's quota goals, by what the kernel has (detected by the
+/// files present, the goal's `path`): on 7.3 the container's migrate_hot
+/// scheme aims `node_memcg_used_bp` of node 0 at its target (the whole
+/// 192 MiB tenant: ~1,900 bp of the 1 GiB node) and migrate_cold
+/// `node_memcg_free_bp` at the rest; on 6.12 tierd says it has none and
+/// uses quotas alone.
+fn damos_goals_follow_the_kernel(out: &str) {
+    let goals: Vec<Vec<&str>> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("GOAL "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let log = line_of(out, "GOALS_LOG");
+    match testbed::GuestKernel::from_env().unwrap_or_else(|e| panic!("{e}")) {
+        testbed::GuestKernel::Linux7_3 => {
+            assert!(log.contains("hold each container"), "{log}\n{out}");
+            let used = goals
+                .iter()
+                .find(|g| g[0] == "node_memcg_used_bp")
+                .unwrap_or_else(|| panic!("no node_memcg_used_bp goal: {goals:?}\n{out}"));
+            assert_eq!(used.get(3), Some(&"/tenants.slice/a"), "{goals:?}");
+            assert_eq!(used[2], "0", "{goals:?}");
+            let bp: u64 = used[1].parse().unwrap();
+            assert!((1_500..=2_200).contains(&bp), "{goals:?}");
+            let free = goals
+                .iter()
+                .find(|g| g[0] == "node_memcg_free_bp")
+                .unwrap_or_else(|| panic!("no node_memcg_free_bp goal: {goals:?}"));
+            assert_eq!(free[1].parse::<u64>().unwrap(), 10_000 - bp, "{goals:?}");
+        }
+        testbed::GuestKernel::Linux6_12 => {
+            assert!(log.contains("no per-memcg quota goals"), "{log}\n{out}");
+            assert!(goals.is_empty(), "{goals:?}");
+        }
+    }
 }
 
 /// Recall (`daemon.recall`, on by default): a hot set the kernel promoted

@@ -153,6 +153,7 @@ impl Controller {
                             0
                         },
                         cold_min_age: base_age.saturating_mul(1 << p.damping_level.min(16)),
+                        target_fast_bytes: p.target_bytes,
                     })
                 })
                 .collect();

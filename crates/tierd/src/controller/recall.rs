@@ -229,7 +229,7 @@ impl Controller {
         let mut room = self
             .topo
             .fast_free_bytes()
-            .saturating_sub(self.cfg.daemon.headroom.0);
+            .saturating_sub(self.cfg.headroom_bytes());
         let mut pending = false;
         let mut results = Vec::new();
         for (m, lack, enough, under) in short {

@@ -61,6 +61,9 @@ impl Controller {
                 fast[0],
                 lower[0],
                 d.interval,
+                (fast.len() == 1)
+                    .then(|| self.topo.node(fast[0]).map(|n| n.mem_total_bytes))
+                    .flatten(),
             ) {
                 Ok(m) => self.hot.damos = Some(m),
                 Err(e) => {
