@@ -717,17 +717,23 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn damos_schemes_exclude_the_destination_tier_and_arm_after_two_windows() {
-        let m = fixture_damos_mover();
-        let o = DamosOrder {
+    /// Container 7 (`/tenants.slice/a`): 4 MiB to promote, 8 MiB to demote,
+    /// a 256 MiB target.
+    fn order_a() -> DamosOrder {
+        DamosOrder {
             container: 7,
             memcg_path: "/tenants.slice/a".into(),
             promote_bytes: 4 << 20,
             demote_bytes: 8 << 20,
             cold_min_age: 30,
             target_fast_bytes: 256 << 20,
-        };
+        }
+    }
+
+    #[test]
+    fn damos_schemes_exclude_the_destination_tier_and_arm_after_two_windows() {
+        let m = fixture_damos_mover();
+        let o = order_a();
         let now = Instant::now();
         let up = m.scheme(&o, Direction::Promote, true);
         assert_eq!(up.action, Action::MigrateHot);
@@ -788,14 +794,7 @@ mod tests {
     #[test]
     fn damos_goals_aim_at_the_target_on_the_fast_node() {
         let mut m = fixture_damos_mover();
-        let o = DamosOrder {
-            container: 7,
-            memcg_path: "/tenants.slice/a".into(),
-            promote_bytes: 4 << 20,
-            demote_bytes: 8 << 20,
-            cold_min_age: 30,
-            target_fast_bytes: 256 << 20,
-        };
+        let o = order_a();
         let up = m.scheme(&o, Direction::Promote, true);
         assert_eq!(
             up.goals,
