@@ -235,9 +235,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // made ahead of it stays empty whenever NUMA balancing backs its scan
     // off (to a minute between scans).
     let claims = under.iter().fold(0u64, |acc, &(i, w)| {
-        // A `local_low` guarantee is owed whether or not the container
-        // grows into it quickly: the kernel's promotion of a sparse hot
-        // set can take longer than a window.
+        // A `local_low` guarantee is owed up front: the kernel's promotion
+        // of a sparse hot set can take minutes (tierd also promotes what
+        // a guarantee lacks, into this room).
         let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
         // Known-hot pages on the lower tier are promoted back as soon as
         // there is room.

@@ -303,8 +303,8 @@ pub struct DamosMover {
 const QUOTA_WINDOWS: u64 = 4;
 
 impl DamosMover {
-    /// `fast_node_bytes`: MemTotal of the fast tier when it is one node
-    /// (the basis of the quota goals), else None (no goals).
+    /// `fast_node_bytes`: MemTotal of `fast_dest`, the basis of the quota
+    /// goals (used only when the fast tier is that one node).
     ///
     /// Errors if the nodes' physical ranges cannot be read from sysfs.
     #[allow(clippy::too_many_arguments)]
@@ -379,12 +379,6 @@ impl DamosMover {
             nid: self.fast_dest,
             memcg_path: o.memcg_path.clone(),
         })
-    }
-
-    /// Whether the schemes carry per-memcg quota goals (known after the
-    /// first [`DamosMover::apply`] with a container).
-    pub fn uses_goals(&self) -> bool {
-        self.goals == Some(true)
     }
 
     /// Whether a scheme slot created at `created` is past its first quota

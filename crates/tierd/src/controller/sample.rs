@@ -61,9 +61,7 @@ impl Controller {
                 fast[0],
                 lower[0],
                 d.interval,
-                (fast.len() == 1)
-                    .then(|| self.topo.node(fast[0]).map(|n| n.mem_total_bytes))
-                    .flatten(),
+                self.topo.node(fast[0]).map(|n| n.mem_total_bytes),
             ) {
                 Ok(m) => self.hot.damos = Some(m),
                 Err(e) => {
