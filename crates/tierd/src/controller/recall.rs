@@ -27,15 +27,41 @@ pub(super) const KNOWN_HOT_PAGES: usize = 16384;
 /// pages): the check stops after the chunk that finds enough.
 const CHECK_CHUNK: usize = 1024;
 
-/// One remembered page: process, page-aligned address, bytes (a base page
-/// or a THP).
-type Page = (u32, u64, u64);
+/// A page seen on the fast tier at its last query is queried again once
+/// every this many checks (a rotating slice each check); pages last seen on
+/// the lower tier, and new ones, at every check. A page leaves the fast tier
+/// only by demotion, and known-hot pages are among the youngest in LRU
+/// order, the last a demotion takes: re-querying all of them each cycle
+/// cost ~35 ms of the daemon's CPU per cycle under emulation (identical-cache,
+/// docs/NOTES.md "Recall queries a slice of the pages seen on DRAM") to find
+/// few. A demoted one is found within this many checks (8 s at the default
+/// 2 s interval), sooner than the kernel's next NUMA-balancing pass over its
+/// process.
+const REQUERY_SLICES: u64 = 4;
+
+/// One remembered page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Page {
+    pid: u32,
+    /// Page-aligned address.
+    addr: u64,
+    /// A base page or a THP.
+    bytes: u64,
+    /// Order of arrival: picks the page's re-query slice.
+    seq: u64,
+    /// On a fast-tier node at its last query (false before the first).
+    fast: bool,
+}
 
 #[derive(Default)]
 struct Known {
     /// Oldest first.
     order: VecDeque<Page>,
     set: HashSet<(u32, u64)>,
+    /// Sequence number of the next page added.
+    next_seq: u64,
+    /// Checks so far: the slice of fast-tier pages due is `checks % REQUERY_SLICES`.
+    checks: u64,
     /// Bytes found on the lower tier at the last check.
     recallable: u64,
     /// The container's demotion count (memory.stat `pgdemote_*`) at the
@@ -63,10 +89,17 @@ impl KnownHot {
         if !k.set.insert((pid, addr)) {
             return;
         }
-        k.order.push_back((pid, addr, bytes));
+        k.order.push_back(Page {
+            pid,
+            addr,
+            bytes,
+            seq: k.next_seq,
+            fast: false,
+        });
+        k.next_seq += 1;
         while k.order.len() > KNOWN_HOT_PAGES {
-            if let Some((p, a, _)) = k.order.pop_front() {
-                k.set.remove(&(p, a));
+            if let Some(p) = k.order.pop_front() {
+                k.set.remove(&(p.pid, p.addr));
             }
         }
     }
@@ -106,54 +139,66 @@ impl KnownHot {
     /// Queries the node of container `c`'s known pages (process by
     /// process in the order of their newest page, newest page first) in
     /// chunks of [`CHECK_CHUNK`], until `enough` bytes were found on a
-    /// `lower` node or every page was looked at: drops pages no longer
-    /// mapped and processes that are gone, records the bytes found on the
-    /// lower tier as the container's recallable bytes (and `demoted`, its
-    /// demotion count now), and returns those pages. The solver claims at
-    /// most what the container lacks of its target and recall moves no
-    /// more, so pages beyond `enough` need no query (each costs a
-    /// page-table walk).
+    /// `lower` node or every page due was looked at: pages last seen on the
+    /// lower tier or never queried are due at every check, those last seen
+    /// on the fast tier in one slice of [`REQUERY_SLICES`] per check. Drops
+    /// pages no longer mapped and processes that are gone, records the bytes
+    /// found on the lower tier as the container's recallable bytes (and
+    /// `demoted`, its demotion count now), and returns those pages. The
+    /// solver claims at most what the container lacks of its target and
+    /// recall moves no more, so pages beyond `enough` need no query (each
+    /// costs a page-table walk).
     fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
         let Some(k) = self.by_container.get_mut(&c) else {
             return Vec::new();
         };
         k.checked_at = demoted;
-        let mut by_pid: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
+        let slice = k.checks % REQUERY_SLICES;
+        k.checks += 1;
+        // Per process: indices into `k.order` of the pages due.
+        let mut by_pid: Vec<(u32, Vec<usize>)> = Vec::new();
         let mut slot: HashMap<u32, usize> = HashMap::new();
-        for &(pid, addr, bytes) in k.order.iter().rev() {
-            let i = *slot.entry(pid).or_insert_with(|| {
-                by_pid.push((pid, Vec::new()));
+        for (i, p) in k.order.iter().enumerate().rev() {
+            if p.fast && p.seq % REQUERY_SLICES != slice {
+                continue;
+            }
+            let j = *slot.entry(p.pid).or_insert_with(|| {
+                by_pid.push((p.pid, Vec::new()));
                 by_pid.len() - 1
             });
-            by_pid[i].1.push((addr, bytes));
+            by_pid[j].1.push(i);
         }
         let mut gone: HashSet<(u32, u64)> = HashSet::new();
         let mut out = Vec::new();
         let mut found = 0u64;
-        'pids: for (pid, pages) in by_pid {
+        'pids: for (pid, due) in by_pid {
             let mut low = Vec::new();
-            for chunk in pages.chunks(CHECK_CHUNK) {
+            for chunk in due.chunks(CHECK_CHUNK) {
                 if found >= enough {
                     break;
                 }
-                let addrs: Vec<u64> = chunk.iter().map(|p| p.0).collect();
+                let addrs: Vec<u64> = chunk.iter().map(|&i| k.order[i].addr).collect();
                 match query_nodes(pid, &addrs) {
                     Ok(st) => {
-                        for (&(addr, bytes), s) in chunk.iter().zip(st) {
+                        for (&i, s) in chunk.iter().zip(st) {
+                            let page = &mut k.order[i];
                             match s {
-                                PageStatus::Node(n) if lower.contains(&n) => {
-                                    low.push((addr, bytes));
-                                    found += bytes;
+                                PageStatus::Node(n) => {
+                                    page.fast = !lower.contains(&n);
+                                    if !page.fast {
+                                        low.push((page.addr, page.bytes));
+                                        found += page.bytes;
+                                    }
                                 }
                                 PageStatus::NotPresent | PageStatus::Fault => {
-                                    gone.insert((pid, addr));
+                                    gone.insert((pid, page.addr));
                                 }
                                 _ => {}
                             }
                         }
                     }
                     Err(MoveError::NoProcess { .. }) => {
-                        gone.extend(pages.iter().map(|&(a, _)| (pid, a)));
+                        gone.extend(due.iter().map(|&i| (pid, k.order[i].addr)));
                         break;
                     }
                     Err(e) => {
@@ -170,7 +215,7 @@ impl KnownHot {
             }
         }
         if !gone.is_empty() {
-            k.order.retain(|&(p, a, _)| !gone.contains(&(p, a)));
+            k.order.retain(|p| !gone.contains(&(p.pid, p.addr)));
             k.set.retain(|key| !gone.contains(key));
         }
         k.recallable = found;
@@ -289,7 +334,8 @@ mod tests {
         assert_eq!(c.order.len(), KNOWN_HOT_PAGES);
         assert_eq!(c.set.len(), KNOWN_HOT_PAGES);
         // The ten oldest went.
-        assert_eq!(c.order.front(), Some(&(7, 10 << 12, 4096)));
+        let oldest = c.order.front().unwrap();
+        assert_eq!((oldest.pid, oldest.addr, oldest.seq), (7, 10 << 12, 10));
         assert!(!c.set.contains(&(7, 9 << 12)));
         k.add(2, 8, 0, 2 << 20);
         k.retain(|c| c == 2);
@@ -321,7 +367,11 @@ mod tests {
         // Nothing was found and nothing demoted since: no need to look again.
         assert!(k.unchanged(1, Some(5)));
         assert!(!k.unchanged(1, Some(6)) && !k.unchanged(1, None));
-        // Its node counted as lower: it is recallable.
+        // Its node counted as lower: it is recallable once its slice of the
+        // pages seen on the fast tier is due (every REQUERY_SLICES checks).
+        for _ in 1..REQUERY_SLICES {
+            assert!(k.check(1, &[node_of_page], Some(6), u64::MAX).is_empty());
+        }
         let found = k.check(1, &[node_of_page], Some(6), u64::MAX);
         assert_eq!(found, vec![(me, vec![(page, 4096)])]);
         assert_eq!(k.recallable(1), 4096);
@@ -332,10 +382,9 @@ mod tests {
         drop(buf);
     }
 
-    #[test]
-    fn a_check_stops_at_the_chunk_that_finds_enough() {
-        // CHECK_CHUNK + 1 touched pages of this process, all on one node.
-        let n = CHECK_CHUNK + 1;
+    /// `n` touched pages of this process known for container 1: the buffer
+    /// (keep it alive), the first page's address, its node, the known set.
+    fn own_known_pages(n: usize) -> (Vec<u8>, u64, u32, KnownHot) {
         let buf = vec![1u8; (n + 1) * 4096];
         let first = (buf.as_ptr() as u64 + 4095) & !4095;
         let me = std::process::id();
@@ -347,6 +396,14 @@ mod tests {
             PageStatus::Node(n) => n,
             s => panic!("own page not present: {s:?}"),
         };
+        (buf, first, node, k)
+    }
+
+    #[test]
+    fn a_check_stops_at_the_chunk_that_finds_enough() {
+        // CHECK_CHUNK + 1 touched pages of this process, all on one node.
+        let n = CHECK_CHUNK + 1;
+        let (buf, first, node, mut k) = own_known_pages(n);
         // One byte is enough: one chunk, the newest pages, is queried.
         let found = k.check(1, &[node], None, 1);
         assert_eq!(found.len(), 1);
@@ -356,6 +413,25 @@ mod tests {
         // Without a bound every page is.
         let found = k.check(1, &[node], None, u64::MAX);
         assert_eq!(found[0].1.len(), n);
+        assert_eq!(k.recallable(1), n as u64 * 4096);
+        drop(buf);
+    }
+
+    #[test]
+    fn pages_seen_on_the_fast_tier_are_queried_a_slice_per_check() {
+        // 2 × REQUERY_SLICES touched pages of this process, all on one node.
+        let n = 2 * REQUERY_SLICES as usize;
+        let (buf, _, node, mut k) = own_known_pages(n);
+        // First check: every page is new, so queried; all on the "fast" tier.
+        assert!(k.check(1, &[node + 1], None, u64::MAX).is_empty());
+        // Now their node counts as lower: each check re-queries one slice of
+        // the pages seen on the fast tier (2 pages) and every page already
+        // found on the lower tier.
+        for check in 1..=REQUERY_SLICES {
+            let found = k.check(1, &[node], None, u64::MAX);
+            let pages: usize = found.iter().map(|(_, p)| p.len()).sum();
+            assert_eq!(pages as u64, 2 * check, "check {check}");
+        }
         assert_eq!(k.recallable(1), n as u64 * 4096);
         drop(buf);
     }
