@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod choice;
 mod cpio;
 mod initramfs;
 mod setup;

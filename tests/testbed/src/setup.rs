@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
 
-use crate::{cache_dir, Error, Result};
+use crate::{cache_dir, choice, Error, Result};
 
 /// The meta package whose dependency names the concrete kernel image package.
 pub const KERNEL_META_PACKAGE: &str = "linux-image-6.12-cloud-amd64";
@@ -46,10 +46,7 @@ impl GuestKernel {
     ///
     /// Errors: the variable holds anything else (the message names it).
     pub fn from_env() -> std::result::Result<GuestKernel, String> {
-        match std::env::var("TIERD_KERNEL") {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("TIERD_KERNEL: {e}")),
-            _ => Ok(GuestKernel::default()),
-        }
+        choice::from_env("TIERD_KERNEL", &Self::ALL, Self::name, "kernel")
     }
 
     /// The file under `<cache>/kernel/` naming the extracted release.
@@ -64,10 +61,7 @@ impl GuestKernel {
 impl FromStr for GuestKernel {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        GuestKernel::ALL
-            .into_iter()
-            .find(|k| k.name() == s.trim())
-            .ok_or_else(|| format!("unknown kernel {s:?} (known: 6.12, 7.3)"))
+        choice::parse(&Self::ALL, Self::name, "kernel", s)
     }
 }
 

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::setup::{Assets, GuestKernel};
-use crate::{initramfs, Error, Result};
+use crate::{choice, initramfs, Error, Result};
 
 /// What the guest's lower (CPU-less) tier is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -44,20 +44,14 @@ impl LowerTier {
     ///
     /// Errors: the variable holds anything else (the message names it).
     pub fn from_env() -> std::result::Result<LowerTier, String> {
-        match std::env::var("TIERD_LOWER") {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("TIERD_LOWER: {e}")),
-            _ => Ok(LowerTier::default()),
-        }
+        choice::from_env("TIERD_LOWER", &Self::ALL, Self::name, "lower tier")
     }
 }
 
 impl std::str::FromStr for LowerTier {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        LowerTier::ALL
-            .into_iter()
-            .find(|k| k.name() == s.trim())
-            .ok_or_else(|| format!("unknown lower tier {s:?} (known: hmat, cxl)"))
+        choice::parse(&Self::ALL, Self::name, "lower tier", s)
     }
 }
 
