@@ -19,6 +19,39 @@ pub const DEFAULT_SLOW_LATENCY_NS: f64 = 250.0;
 /// Share of the access probability that the Zipf "hot set" holds.
 pub const ZIPF_HOT_MASS: f64 = 0.9;
 
+/// `move_pages(2)` on this process's pages: with `nodes` each page moves to
+/// its node (`flags` e.g. `MPOL_MF_MOVE_ALL`), without it the call only
+/// queries. `status` gets each page's node, or -errno (-ENOENT: not
+/// present).
+///
+/// Errors: the call itself failed (EINVAL, EPERM, ...); `status` is then
+/// unspecified.
+///
+/// # Safety
+/// Every pointer in `pages` must lie in a mapping of this process; `nodes`
+/// (if given) and `status` have as many entries as `pages`.
+pub unsafe fn move_pages(
+    pages: &[*mut libc::c_void],
+    nodes: Option<&[i32]>,
+    status: &mut [i32],
+    flags: libc::c_int,
+) -> std::io::Result<()> {
+    assert_eq!(pages.len(), status.len());
+    let rc = libc::syscall(
+        libc::SYS_move_pages,
+        0 as libc::c_long,
+        pages.len() as libc::c_ulong,
+        pages.as_ptr(),
+        nodes.map_or(std::ptr::null(), |n| n.as_ptr()),
+        status.as_mut_ptr(),
+        flags,
+    );
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Parses a kernel node list such as `0-1,3` (as in `has_cpu`, `online`).
 /// Empty input (or only whitespace) is the empty list. The result is sorted
 /// and without duplicates.
@@ -475,6 +508,19 @@ impl<'a> Report<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_pages_queries_own_pages_and_reports_unmapped_ones() {
+        let buf = vec![1u8; 2 * 4096];
+        let page = ((buf.as_ptr() as usize + 4095) & !4095) as *mut libc::c_void;
+        let mut status = [i32::MIN; 2];
+        // SAFETY: one page of `buf`, and address 4096 (never mapped: a
+        // status, not a fault).
+        unsafe { move_pages(&[page, 4096 as *mut _], None, &mut status, 0) }.unwrap();
+        assert!(status[0] >= 0, "own page on node {}", status[0]);
+        assert!(status[1] < 0, "unmapped page: {}", status[1]);
+        drop(buf);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9

@@ -294,19 +294,8 @@ fn query_nodes(buf: &Buffer, page_size: usize, status: &mut [i32]) {
             (0..chunk.len())
                 .map(|i| unsafe { buf.base.add((first + i) * page_size) } as *mut libc::c_void),
         );
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_move_pages,
-                0 as libc::c_long,
-                chunk.len() as libc::c_ulong,
-                ptrs.as_ptr(),
-                std::ptr::null::<libc::c_int>(),
-                chunk.as_mut_ptr(),
-                0 as libc::c_int,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
+        // SAFETY: pointers into the buffer; `chunk` has one entry per page.
+        if let Err(e) = unsafe { tierload::move_pages(&ptrs, None, chunk, 0) } {
             let errno = -e.raw_os_error().unwrap_or(libc::EINVAL);
             chunk.fill(errno);
         }

@@ -1271,35 +1271,10 @@ fn move_to_node(addr: usize, len: usize, node: i32) -> std::io::Result<u64> {
         let mut before = vec![0i32; chunk.len()];
         let mut status = vec![0i32; chunk.len()];
         // SAFETY: pointers into this process's own mapping; the arrays have
-        // `chunk.len()` entries each. A null node array is a query.
-        let query = unsafe {
-            libc::syscall(
-                libc::SYS_move_pages,
-                0 as libc::c_long,
-                chunk.len() as libc::c_ulong,
-                ptrs.as_ptr(),
-                std::ptr::null::<libc::c_int>(),
-                before.as_mut_ptr(),
-                0 as libc::c_int,
-            )
-        };
-        if query < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: as above, with a node per page.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_move_pages,
-                0 as libc::c_long,
-                chunk.len() as libc::c_ulong,
-                ptrs.as_ptr(),
-                nodes.as_ptr(),
-                status.as_mut_ptr(),
-                MPOL_MF_MOVE_ALL,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
+        // `chunk.len()` entries each.
+        unsafe {
+            tierload::move_pages(&ptrs, None, &mut before, 0)?;
+            tierload::move_pages(&ptrs, Some(&nodes), &mut status, MPOL_MF_MOVE_ALL)?;
         }
         moved += before
             .iter()
