@@ -30,6 +30,12 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// tierd's own cgroup, at the top level: there its `memory.min` is not
+/// capped by an ancestor's (cgroup-v2.rst), as the unit's is when
+/// system.slice has `MemoryMin=` too (README "Install").
+const TIERD_CGROUP: &str = "tierd.service";
+/// `MemoryMin=32M` of config/tierd.service, bytes.
+const TIERD_MEMORY_MIN: u64 = 32 << 20;
 const DEMOTION_ENABLED: &str = "/sys/kernel/mm/numa/demotion_enabled";
 const NUMA_BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 
@@ -698,7 +704,20 @@ fn run_mode(
             sock.set_read_timeout(Some(Duration::from_secs(30)))?;
             // systemd also sets WATCHDOG_PID (sd_notify checks it): the shell's
             // pid is tierd's after exec.
-            let child = Command::new("sh")
+            // And in a cgroup protected as the unit's MemoryMin= protects
+            // tierd.service (config/tierd.service): its pages are never
+            // demoted to the tier it manages.
+            mkcgroup(TIERD_CGROUP)?;
+            let cg = Path::new(CGROUP_ROOT).join(TIERD_CGROUP);
+            fs::write(cg.join("memory.min"), TIERD_MEMORY_MIN.to_string())
+                .with_context(|| format!("{}/memory.min", cg.display()))?;
+            let procs = cg.join("cgroup.procs");
+            let mut cmd = Command::new("sh");
+            // SAFETY: only a write(2) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || fs::write(&procs, "0"));
+            }
+            let child = cmd
                 .args(["-c", "export WATCHDOG_PID=$$; exec tierd \"$@\"", "sh"])
                 .args(["--config", cfg_path.to_str().unwrap(), "run"])
                 .env("NOTIFY_SOCKET", &sock_path)
@@ -911,6 +930,7 @@ fn run_mode(
             watchdog_pings.lock().unwrap(),
             start.elapsed().as_secs_f64()
         );
+        rmcgroup(TIERD_CGROUP);
         if !st.success() {
             bail!("tierd exited with {st}; see /tmp/tierd-{}.log", sc.name);
         }
@@ -1176,6 +1196,13 @@ fn pin_harness_code() {
     });
     if !has_memdev {
         return;
+    }
+    // tierscen's own pages too, as they are faulted: its samples query every
+    // tenant page each interval, and a buffer demoted to the device would
+    // slow the sampling of whichever mode ran second.
+    // SAFETY: mlockall takes no pointers.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) } != 0 {
+        println!("tierscen: mlockall: {}", std::io::Error::last_os_error());
     }
     let mut files: Vec<PathBuf> = HARNESS_EXES.iter().map(PathBuf::from).collect();
     // This process's own executable and libraries.
