@@ -51,6 +51,9 @@ pub struct MonitorParams {
 pub struct ProcRegions {
     pub pid: u32,
     pub regions: Vec<TriedRegion>,
+    /// Per region (same order): how its sampled present pages split over
+    /// nodes, (node, fraction), sorted by node; empty when not sampled.
+    pub nodes: Vec<Vec<(u32, f64)>>,
 }
 
 /// Heat of one container this cycle.
@@ -312,6 +315,7 @@ impl HeatMonitor {
             reading.procs.push(ProcRegions {
                 pid: member.pid,
                 regions,
+                nodes: split,
             });
         }
         for r in out.values_mut() {
@@ -399,10 +403,12 @@ mod tests {
                     region(10, 20, 5, 3),
                     region(20, 30, 0, 2),
                 ],
+                nodes: Vec::new(),
             },
             ProcRegions {
                 pid: 2,
                 regions: vec![region(0, 10, 9, 1), region(10, 20, 0, 80)],
+                nodes: Vec::new(),
             },
         ];
         let hot: Vec<(u32, u64)> = hot_ranges(&procs, 1)

@@ -48,6 +48,7 @@ fn host(n: usize) -> Snapshot {
                 },
                 migrations: Default::default(),
                 recallable_bytes: 0,
+                lower_hot_bytes: None,
             }
         })
         .collect();

@@ -4,6 +4,7 @@
 //!
 //! The control law (docs/DESIGN.md "Policy semantics") is documented on [`solve`].
 
+mod assist;
 mod bucket;
 mod demand;
 mod model;

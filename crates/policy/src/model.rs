@@ -77,6 +77,11 @@ pub struct ContainerSnapshot {
     /// under-target container claims room for them as one that grows does
     /// (0 when unknown or not checked).
     pub recallable_bytes: u64,
+    /// DAMON's hot bytes on the lower tier while the container is assisted
+    /// ([`ContainerPlan::assisted`]) and DAMON has watched it long enough
+    /// to tell hot regions from cold; `None` otherwise. An assisted
+    /// container claims room for them (see [`Plan::need_bytes`]).
+    pub lower_hot_bytes: Option<u64>,
 }
 
 /// Tier crossings of one container since the previous snapshot, in bytes.
@@ -172,6 +177,11 @@ pub struct PolicyParams {
     /// How long no container may be under its target (and none arrive or
     /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
     pub steady_ms: u64,
+    /// With the kernel's promotion: how long a container may stay under its
+    /// target − band with nothing promoted for it before tierd promotes for
+    /// it ([`ContainerPlan::assisted`]), in ms; 0 turns the assist off.
+    /// Ignored when tierd promotes.
+    pub assist_after_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -217,6 +227,7 @@ impl Default for PolicyParams {
             need_window_ms: 10_000,
             tierd_promotes: false,
             steady_ms: 10_000,
+            assist_after_ms: 10_000,
         }
     }
 }
@@ -288,6 +299,11 @@ pub struct ContainerPlan {
     pub damping_level: u32,
     /// Ping-pong estimate over the thrash window, bytes/s.
     pub pingpong_bytes_per_s: u64,
+    /// Promotion assist (`assist.rs`): under its target − band with nothing
+    /// promoted for it for [`PolicyParams::assist_after_ms`] while the
+    /// kernel promotes; the daemon watches its processes with DAMON and
+    /// promotes its hot lower-tier regions within `promote_bytes`.
+    pub assisted: bool,
 }
 
 /// The solver's output for one cycle.
@@ -301,7 +317,8 @@ pub struct Plan {
     /// free (free = capacity − unmanaged − managed fast-tier bytes; at
     /// least 0). Each under-target container claims, up to min(target −
     /// fast, its lower-tier bytes), the largest of what its `local_low`
-    /// guarantee lacks, its recallable bytes and, when tierd promotes
+    /// guarantee lacks, its recallable bytes, when it is assisted the hot
+    /// bytes DAMON found on its lower tier, and, when tierd promotes
     /// ([`PolicyParams::tierd_promotes`]), [`PolicyParams::need_window_ms`]
     /// of its promotion budget. Demotion below `local_high` never exceeds
     /// it: a byte is demoted only when an under-target container or the
@@ -346,6 +363,17 @@ pub struct PolicyState {
     pub clock_ms: u64,
     pub thrash: std::collections::BTreeMap<ContainerId, ThrashState>,
     pub steady: SteadyState,
+    /// Promotion assist per under-target container (see `assist.rs`).
+    pub assist: std::collections::BTreeMap<ContainerId, AssistState>,
+}
+
+/// Promotion-assist state of one under-target container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssistState {
+    /// Since when (policy clock) nothing was promoted for it, or since its
+    /// last assist found nothing hot on the lower tier.
+    pub since_ms: u64,
+    pub assisted: bool,
 }
 
 /// Steady-state detector state (see [`Plan::steady`]).

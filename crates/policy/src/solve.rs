@@ -200,6 +200,28 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
 
+    // Promotion assist (assist.rs): who has waited too long for the
+    // kernel's promotion.
+    if !params.tierd_promotes {
+        let progress: Vec<crate::assist::Progress> = cs
+            .iter()
+            .zip(&plans)
+            .map(|(c, p)| crate::assist::Progress {
+                id: c.id,
+                under: p.state == PlacementState::UnderTarget,
+                promoted_bytes: c.migrations.promoted_bytes,
+                lower_hot_bytes: c.lower_hot_bytes,
+            })
+            .collect();
+        let assisted =
+            crate::assist::observe(&mut state.assist, now_ms, &progress, params.assist_after_ms);
+        for (p, a) in plans.iter_mut().zip(assisted) {
+            p.assisted = a;
+        }
+    } else {
+        state.assist.clear();
+    }
+
     // Rate limits: refill every bucket, then spend in a fixed order.
     let elapsed_ms = snapshot.elapsed_ms;
     let ids = || cs.iter().map(|c| c.id);
@@ -228,8 +250,8 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         0
     };
     // What each under-target container claims beyond the headroom. With
-    // the kernel's promotion nothing but what a guarantee lacks and known-
-    // hot pages: NUMA balancing promotes into the headroom and, short of
+    // the kernel's promotion nothing but what a guarantee lacks, known-
+    // hot pages and an assisted container's hot regions: NUMA balancing promotes into the headroom and, short of
     // free pages, wakes kswapd, which demotes the unprotected (over-target)
     // containers (mm/migrate.c `migrate_misplaced_folio_prepare`). Room
     // made ahead of it stays empty whenever NUMA balancing backs its scan
@@ -241,7 +263,17 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
         // Known-hot pages on the lower tier are promoted back as soon as
         // there is room.
-        let claim = promoter_window_bytes.max(owed).max(cs[i].recallable_bytes);
+        // An assisted container's hot lower-tier regions are promoted by
+        // tierd as soon as there is room.
+        let assist = if plans[i].assisted {
+            cs[i].lower_hot_bytes.unwrap_or(0)
+        } else {
+            0
+        };
+        let claim = promoter_window_bytes
+            .max(owed)
+            .max(cs[i].recallable_bytes)
+            .max(assist);
         acc.saturating_add(claim.min(w))
     });
     // Room needed = headroom + claims − free, where free = capacity −
@@ -446,6 +478,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         guarantee_promote_bytes: 0,
         damping_level: 0,
         pingpong_bytes_per_s: 0,
+        assisted: false,
         state: if pinned {
             PlacementState::Pinned
         } else {

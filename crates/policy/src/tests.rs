@@ -27,6 +27,7 @@ fn params() -> PolicyParams {
         need_window_ms: 10_000,
         tierd_promotes: false,
         steady_ms: 10_000,
+        assist_after_ms: 0,
     }
 }
 
@@ -40,6 +41,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         policy: ContainerPolicy::default(),
         migrations: Default::default(),
         recallable_bytes: 0,
+        lower_hot_bytes: None,
     }
 }
 
@@ -1158,4 +1160,94 @@ fn steady_once_nobody_is_under_target_for_the_settle_time() {
         )
     };
     assert!(!solve(&three, &p, &mut st).steady);
+}
+
+/// The promotion assist: a hog (700 MiB on DRAM) and a newcomer under its
+/// target (200 of 500 MiB on DRAM), pool 1024 MiB, cycles 2 s apart.
+fn assist_case() -> (PolicyParams, Snapshot) {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        assist_after_ms: 10_000,
+        ..params()
+    };
+    let mut s = snap(1024 * MIB, vec![c(1, 700 * MIB, 100 * MIB), c(2, 200 * MIB, 300 * MIB)]);
+    s.elapsed_ms = 2_000;
+    (p, s)
+}
+
+#[test]
+fn assist_starts_after_the_kernel_promoted_nothing_for_assist_after() {
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    let mut assisted_at = None;
+    for cycle in 1..=10u64 {
+        // The kernel promotes for the newcomer in the first two cycles.
+        s.containers[1].migrations.promoted_bytes = if cycle <= 2 { 4 * MIB } else { 0 };
+        let plan = solve(&s, &p, &mut st);
+        assert!(!plan.get(1).unwrap().assisted, "the hog is over its target");
+        if plan.get(2).unwrap().assisted && assisted_at.is_none() {
+            assisted_at = Some(cycle);
+        }
+    }
+    // Last promotion at cycle 2 (4 s); 10 s later is cycle 7.
+    assert_eq!(assisted_at, Some(7));
+}
+
+#[test]
+fn an_assisted_container_claims_room_for_its_hot_lower_tier_bytes() {
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    // The first cycle starts the clock (2 s); assisted 10 s later, at the 6th.
+    for _ in 0..5 {
+        assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    }
+    // Not warmed up yet: assisted, but nothing claimed beyond the headroom.
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.get(2).unwrap().assisted);
+    assert_eq!(plan.need_bytes, 0);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    // DAMON found 120 MiB hot on the newcomer's lower tier, and the fast
+    // tier is full: the hog gives that room up.
+    s.containers[0].fast_bytes = 824 * MIB;
+    s.containers[1].lower_hot_bytes = Some(120 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.get(2).unwrap().assisted);
+    assert_eq!(plan.need_bytes, 120 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 120 * MIB);
+    assert!(plan.get(2).unwrap().promote_bytes > 0);
+}
+
+#[test]
+fn the_assist_backs_off_when_nothing_hot_is_down_there_and_ends_at_the_target() {
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    for _ in 0..6 {
+        solve(&s, &p, &mut st);
+    }
+    s.containers[1].lower_hot_bytes = Some(0);
+    let plan = solve(&s, &p, &mut st);
+    assert!(!plan.get(2).unwrap().assisted, "cold lower tier: no assist");
+    s.containers[1].lower_hot_bytes = None;
+    // Another full period before it is tried again.
+    for _ in 0..4 {
+        assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    }
+    assert!(solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    // At its target the assist ends, and the state is forgotten.
+    s.containers[0].fast_bytes = 512 * MIB;
+    s.containers[1] = c(2, 512 * MIB, 0);
+    let plan = solve(&s, &p, &mut st);
+    assert!(!plan.get(2).unwrap().assisted);
+    assert!(st.assist.is_empty());
+    // Off: never assisted.
+    let off = PolicyParams {
+        assist_after_ms: 0,
+        ..p
+    };
+    let (_, s) = assist_case();
+    let mut st = PolicyState::default();
+    for _ in 0..20 {
+        assert!(!solve(&s, &off, &mut st).get(2).unwrap().assisted);
+    }
 }

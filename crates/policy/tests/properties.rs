@@ -25,9 +25,10 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
         prop_oneof![Just(Share::Fraction(1.0)), share()],
         1..=1000u32,
         proptest::bool::weighted(0.1),
+        proptest::option::of(0..=8 * GIB),
     )
-        .prop_map(
-            |(fast, slow, hot, low, high, weight, opt_out)| ContainerSnapshot {
+        .prop_map(|(fast, slow, hot, low, high, weight, opt_out, lower_hot)| {
+            ContainerSnapshot {
                 id: 0,
                 name: String::new(),
                 fast_bytes: fast,
@@ -41,8 +42,9 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                 },
                 migrations: Default::default(),
                 recallable_bytes: 0,
-            },
-        )
+                lower_hot_bytes: lower_hot,
+            }
+        })
 }
 
 fn snapshot() -> impl Strategy<Value = Snapshot> {
@@ -75,9 +77,20 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0.0..=5.0f64,
         prop_oneof![Just(DemandSource::Usage), Just(DemandSource::HotSet)],
         any::<bool>(),
+        0..=10_000u64,
     )
         .prop_map(
-            |(headroom, frac, band_min, rate, grate, burst, demand, tierd_promotes)| PolicyParams {
+            |(
+                headroom,
+                frac,
+                band_min,
+                rate,
+                grate,
+                burst,
+                demand,
+                tierd_promotes,
+                assist_after_ms,
+            )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
                 band_fraction: frac,
@@ -91,6 +104,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 need_window_ms: 10_000,
                 tierd_promotes,
                 steady_ms: 10_000,
+                assist_after_ms,
             },
         )
 }
@@ -301,6 +315,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 },
                 migrations: Default::default(),
                 recallable_bytes: 0,
+                lower_hot_bytes: None,
             };
             s.containers.push(pair(1, split_a, hot_a));
             s.containers.push(pair(2, split_b, hot_b));
@@ -356,7 +371,8 @@ proptest! {
     /// Work-conserving demotion: below local_high, the over-target
     /// containers together are asked for at most the room the fast tier
     /// needs: headroom + claims − free, where an under-target container
-    /// claims (up to its deficit) what its guarantee lacks and, when tierd
+    /// claims (up to its deficit) what its guarantee lacks, when it is
+    /// assisted the hot bytes DAMON found on its lower tier, and, when tierd
     /// promotes, a window of its promotion budget.
     #[test]
     fn demotion_below_local_high_never_exceeds_the_need(s in snapshot(), p in params()) {
@@ -368,6 +384,11 @@ proptest! {
             discretionary += u128::from(pc.demote_bytes.saturating_sub(above_high));
         }
         prop_assert!(discretionary <= u128::from(plan.need_bytes));
+        // Only a container under its target is assisted, and never while
+        // tierd promotes everyone.
+        for pc in &plan.containers {
+            prop_assert!(!pc.assisted || (pc.state == PlacementState::UnderTarget && !p.tierd_promotes));
+        }
         let managed: u128 = s.containers.iter().map(|c| u128::from(c.fast_bytes)).sum();
         let window = if p.tierd_promotes { u128::from(p.container_promote_bytes_per_s) * 10 } else { 0 };
         let claims: u128 = s.containers.iter()
@@ -376,7 +397,8 @@ proptest! {
             .map(|(c, pc)| {
                 let deficit = u128::from(pc.target_bytes.saturating_sub(c.fast_bytes).min(c.slow_bytes));
                 let owed = u128::from(pc.guarantee_bytes.saturating_sub(c.fast_bytes));
-                window.max(owed).min(deficit)
+                let assist = if pc.assisted { u128::from(c.lower_hot_bytes.unwrap_or(0)) } else { 0 };
+                window.max(owed).max(assist).min(deficit)
             })
             .sum();
         let need = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes) + claims)

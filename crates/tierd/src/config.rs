@@ -315,6 +315,16 @@ pub struct DaemonConfig {
     /// room waits for the kernel's next NUMA-balancing pass
     /// ([`crate::controller`], `recall.rs`). Needs the probe.
     pub recall: bool,
+    /// Promotion assist (`promotion = "kernel"`): a container under its
+    /// target − band with nothing promoted for it (by the kernel or recall)
+    /// for this long is watched by DAMON, and tierd promotes its hot
+    /// lower-tier regions with `move_pages(2)` into free fast-tier memory
+    /// above `headroom` until it reaches its band (policy `assist.rs`). The
+    /// kernel promotes a page only at the hint fault after its process's
+    /// next NUMA-balancing scan pass, which comes a minute apart once the
+    /// scan has backed off. 0 turns it off.
+    #[serde(deserialize_with = "de_duration")]
+    pub assist_after: Duration,
     /// Pages per `move_pages(2)` call.
     pub mover_batch: usize,
     /// How over-target containers are demoted.
@@ -352,6 +362,7 @@ impl Default for DaemonConfig {
             cold_demotion: false,
             cold_min_age: Duration::from_secs(5),
             recall: true,
+            assist_after: Duration::from_secs(10),
             mover_batch: 1024,
             demotion: DemotionMechanism::Auto,
             headroom: Headroom::Auto,
@@ -387,6 +398,11 @@ pub enum HotnessSource {
 #[serde(deny_unknown_fields, default)]
 pub struct HotnessConfig {
     pub source: HotnessSource,
+    /// DAMON watches only the containers under promotion assist
+    /// (`daemon.assist_after`): `source = "auto"` with nothing else that
+    /// needs heat. Set when the config is loaded.
+    #[serde(skip)]
+    pub assisted_only: bool,
     /// DAMON sysfs admin directory; default `<daemon.sysfs_root>/kernel/mm/damon/admin`.
     pub damon_root: Option<PathBuf>,
     /// Where tierd records which kdamonds it created (to adopt them after a
@@ -447,6 +463,7 @@ impl Default for HotnessConfig {
     fn default() -> Self {
         HotnessConfig {
             source: HotnessSource::Auto,
+            assisted_only: false,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
             sample_interval: Duration::from_millis(5),
@@ -677,11 +694,15 @@ impl Config {
             let used = d.demand == DemandMode::HotSet
                 || d.promotion == PromotionMode::Tierd
                 || d.cold_demotion;
-            raw.hotness.source = if used {
+            // The promotion assist needs DAMON only for the containers it
+            // assists, and only while it does.
+            let assist = d.promotion == PromotionMode::Kernel && !d.assist_after.is_zero();
+            raw.hotness.source = if used || assist {
                 HotnessSource::Damon
             } else {
                 HotnessSource::Off
             };
+            raw.hotness.assisted_only = !used && assist;
         }
         let d = &raw.daemon;
         if d.interval < Duration::from_millis(100) {
@@ -960,6 +981,14 @@ impl Config {
             need_window_ms: 10_000,
             tierd_promotes: self.daemon.promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
+            // Assisting needs DAMON's regions and the move_pages mover.
+            assist_after_ms: if self.hotness.source == HotnessSource::Damon
+                && self.daemon.mover == MoverKind::MovePages
+            {
+                self.daemon.assist_after.as_millis() as u64
+            } else {
+                0
+            },
         }
     }
 }

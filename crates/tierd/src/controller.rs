@@ -17,6 +17,7 @@ use policy::{
 };
 
 mod actuate;
+mod assist;
 mod cadence;
 mod gate;
 mod moves;
@@ -144,6 +145,9 @@ pub struct Controller {
     known_hot: recall::KnownHot,
     /// The kernel's promotion rate limit in a steady state (`gate.rs`).
     gate: gate::PromotionGate,
+    /// Containers under promotion assist at the last solve (`assist.rs`):
+    /// the ones DAMON watches when `hotness.assisted_only`.
+    assisted: HashSet<u64>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -357,6 +361,7 @@ impl Controller {
             revive_with: Vec::new(),
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
+            assisted: HashSet::new(),
             gate: gate::PromotionGate::default(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
@@ -459,6 +464,7 @@ impl Controller {
                 policy: self.cfg.container_policy(m.policy_index),
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
+                lower_hot_bytes: self.lower_hot_bytes(m.id),
             });
             kept.push(m);
         }
@@ -490,6 +496,7 @@ impl Controller {
         };
         let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
         self.lap(&mut phase, "solve");
+        self.note_assisted(&managed, &plan);
         if plan.guarantees_scaled {
             tracing::warn!(
                 pool_bytes = plan.pool_bytes,

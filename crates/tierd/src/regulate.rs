@@ -135,22 +135,32 @@ impl PagesMover {
         let window = self.window;
         let records = self.demoted.entry(container).or_default();
         records.retain(|d| now.duration_since(d.at) < window);
-        let mut out = Moved::default();
+        // One call per process, its ranges hottest first: each call reads
+        // the process's smaps once (THP detection), which under emulation
+        // costs more than the moves of a small region.
+        let mut per_pid: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
         for (pid, r) in ranges {
+            match per_pid.iter_mut().find(|(p, _)| *p == pid) {
+                Some((_, v)) => v.push((r.start, r.end)),
+                None => per_pid.push((pid, vec![(r.start, r.end)])),
+            }
+        }
+        let mut out = Moved::default();
+        for (pid, rs) in per_pid {
             let left = budget.saturating_sub(out.bytes);
             if left == 0 {
                 break;
             }
-            match self
-                .mover
-                .move_ranges(pid, &[(r.start, r.end)], lower, dest, left)
-            {
+            match self.mover.move_ranges(pid, &rs, lower, dest, left) {
                 Ok(rep) => {
                     if rep.moved_bytes > 0 {
                         let overlap: u64 = records
                             .iter()
                             .filter(|d| d.pid == pid)
-                            .map(|d| d.end.min(r.end).saturating_sub(d.start.max(r.start)))
+                            .flat_map(|d| {
+                                rs.iter()
+                                    .map(move |&(s, e)| d.end.min(e).saturating_sub(d.start.max(s)))
+                            })
                             .sum();
                         out.pingpong_bytes += overlap.min(rep.moved_bytes);
                     }

@@ -124,8 +124,9 @@ impl Controller {
         self.metrics.lru_gen_agings.inc_by(agings.count);
         self.lap_split(phase, "reclaim", "age", agings.time);
         let recalling = self.recall(managed, snapshot, plan);
+        let assisting = self.assist(managed, plan);
         self.lap(phase, "recall");
-        recalling
+        recalling || assisting
     }
 }
 

@@ -90,7 +90,11 @@ impl Controller {
             }
         }
         let mut members = Vec::new();
+        let only_assisted = self.cfg.hotness.assisted_only;
         for m in managed {
+            if only_assisted && !self.assisted.contains(&m.id) {
+                continue;
+            }
             for cg in &m.members {
                 if let Ok(pids) = self.cg.procs(cg) {
                     members.extend(pids.into_iter().filter(|&p| p > 0).map(|p| Member {

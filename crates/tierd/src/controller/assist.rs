@@ -1,0 +1,171 @@
+//! Promotion assist (`daemon.assist_after`, policy `assist.rs`): tierd
+//! promotes the hot lower-tier regions of a container the kernel's
+//! NUMA-balancing promotion has left under its target. NUMA balancing
+//! promotes a page at the hint fault after its process's next scan pass;
+//! once the scan has backed off those passes come a minute apart, and a
+//! newcomer's hot pages that one pass did not reach wait there while its
+//! share of DRAM sits with a neighbour (docs/NOTES.md "Promotion assist").
+//! DAMON watches only the assisted containers' processes (with the shipped
+//! defaults nothing else needs it), and stops when none is assisted.
+
+use super::*;
+
+impl Controller {
+    /// DAMON's hot bytes on the lower tier of container `c`, once DAMON has
+    /// watched it for `cold_min_age` (a region's access count means
+    /// nothing before it has been split and aggregated); `None` before, or
+    /// when DAMON does not watch it.
+    pub(super) fn lower_hot_bytes(&self, c: u64) -> Option<u64> {
+        let r = self.hot.readings.get(&c)?;
+        if r.regions == 0 || r.monitored_for < self.cfg.daemon.cold_min_age {
+            return None;
+        }
+        let lower = self.topo.lower_nodes();
+        Some(
+            hotness::monitor::hot_by_node(r)
+                .iter()
+                .filter(|(n, _)| lower.contains(n))
+                .map(|(_, b)| *b)
+                .sum(),
+        )
+    }
+
+    /// Records which containers the plan assists (DAMON watches them from
+    /// the next cycle) and logs each change.
+    pub(super) fn note_assisted(&mut self, managed: &[Managed], plan: &Plan) {
+        let now: HashSet<u64> = plan
+            .containers
+            .iter()
+            .filter(|p| p.assisted)
+            .map(|p| p.id)
+            .collect();
+        for m in managed {
+            match (self.assisted.contains(&m.id), now.contains(&m.id)) {
+                (false, true) => tracing::info!(
+                    container = %m.path,
+                    after = ?self.cfg.daemon.assist_after,
+                    "under its target with nothing promoted for it: tierd promotes its hot lower-tier regions (DAMON watches it)"
+                ),
+                (true, false) => {
+                    tracing::info!(container = %m.path, "promotion assist ended")
+                }
+                _ => {}
+            }
+        }
+        self.assisted = now;
+    }
+
+    /// Promotes the hot lower-tier DAMON regions of each assisted container
+    /// (`move_pages(2)`, hottest regions first) after this cycle's demotion
+    /// made room: at most its promotion budget (`promote_bytes`, already
+    /// divided by its damping level) and what free fast-tier memory exceeds
+    /// the headroom by. Returns true while an assisted container is still
+    /// being watched or moved (the cycle is not quiet).
+    pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan) -> bool {
+        let todo: Vec<(&Managed, u64)> = managed
+            .iter()
+            .filter_map(|m| {
+                plan.get(m.id)
+                    .filter(|p| p.assisted && p.promote_bytes > 0)
+                    .map(|p| (m, p.promote_bytes))
+            })
+            .collect();
+        if todo.is_empty() || self.hot.pages.is_none() {
+            return false;
+        }
+        if let Err(e) = self.topo.refresh_free(&self.cfg.daemon.sysfs_root) {
+            tracing::debug!(error = %e, "cannot refresh free memory for the promotion assist");
+            return true;
+        }
+        let Some(dest) = self.topo.most_free(&self.topo.fast_nodes()) else {
+            return false;
+        };
+        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
+        let mut room = self
+            .topo
+            .fast_free_bytes()
+            .saturating_sub(self.cfg.headroom_bytes());
+        let warm_up = self.cfg.daemon.cold_min_age;
+        let mut results = Vec::new();
+        let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
+            return false;
+        };
+        for (m, budget) in todo {
+            let Some(r) = readings.get(&m.id).filter(|r| r.monitored_for >= warm_up) else {
+                continue;
+            };
+            let budget = budget.min(room);
+            if budget == 0 {
+                break;
+            }
+            // Hot regions only (cold_age 0): the assist promotes what DAMON
+            // saw accessed, never the recently idle; and only regions whose
+            // sampled pages are partly on the lower tier, so that the node
+            // queries (a few µs a page under emulation) are not spent on a
+            // hot set already on DRAM.
+            let procs = with_lower_pages(&r.procs, &lower);
+            let mv = pm.promote(m.id, &procs, 0, &lower, dest, budget);
+            room = room.saturating_sub(mv.bytes);
+            results.push((m.id, mv));
+        }
+        for (c, mv) in results {
+            self.record_move(managed, c, Direction::Promote, "assist", &mv);
+        }
+        true
+    }
+}
+
+/// `procs` keeping only the regions with sampled pages on a `lower` node.
+fn with_lower_pages(
+    procs: &[hotness::monitor::ProcRegions],
+    lower: &[u32],
+) -> Vec<hotness::monitor::ProcRegions> {
+    procs
+        .iter()
+        .map(|p| {
+            let (regions, nodes) = p
+                .regions
+                .iter()
+                .zip(&p.nodes)
+                .filter(|(_, n)| n.iter().any(|(node, f)| *f > 0.0 && lower.contains(node)))
+                .map(|(r, n)| (*r, n.clone()))
+                .unzip();
+            hotness::monitor::ProcRegions {
+                pid: p.pid,
+                regions,
+                nodes,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hotness::damon::TriedRegion;
+    use hotness::monitor::ProcRegions;
+
+    #[test]
+    fn only_regions_sampled_on_the_lower_tier_are_kept() {
+        let r = |start| TriedRegion {
+            start,
+            end: start + 4096,
+            nr_accesses: 5,
+            age: 1,
+        };
+        let procs = vec![ProcRegions {
+            pid: 7,
+            regions: vec![r(0), r(4096), r(8192), r(12288)],
+            nodes: vec![
+                vec![(0, 1.0)],
+                vec![(0, 0.5), (1, 0.5)],
+                vec![],
+                vec![(1, 1.0)],
+            ],
+        }];
+        let kept = with_lower_pages(&procs, &[1]);
+        let starts: Vec<u64> = kept[0].regions.iter().map(|r| r.start).collect();
+        assert_eq!(starts, vec![4096, 12288]);
+        assert_eq!(kept[0].nodes.len(), 2);
+    }
+}
