@@ -1171,7 +1171,10 @@ fn assist_case() -> (PolicyParams, Snapshot) {
         assist_after_ms: 10_000,
         ..params()
     };
-    let mut s = snap(1024 * MIB, vec![c(1, 700 * MIB, 100 * MIB), c(2, 200 * MIB, 300 * MIB)]);
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 700 * MIB, 100 * MIB), c(2, 200 * MIB, 300 * MIB)],
+    );
     s.elapsed_ms = 2_000;
     (p, s)
 }

@@ -34,8 +34,13 @@ impl Controller {
             Err(e) => {
                 let reason = e.to_string();
                 if self.hot.off_reason.as_deref() != Some(&reason) {
-                    tracing::error!(error = %e,
-                        "DAMON unavailable: demand falls back to usage and tierd moves no pages itself; retrying every {DAMON_RETRY_CYCLES} cycles");
+                    if h.assisted_only {
+                        tracing::warn!(error = %e,
+                            "DAMON unavailable: no promotion assist (daemon.assist_after), the kernel's NUMA balancing alone promotes; retrying every {DAMON_RETRY_CYCLES} cycles");
+                    } else {
+                        tracing::error!(error = %e,
+                            "DAMON unavailable: demand falls back to usage and tierd moves no pages itself; retrying every {DAMON_RETRY_CYCLES} cycles");
+                    }
                 }
                 self.hot.off_reason = Some(reason);
                 self.hot.retry_cycle = self.cycles + DAMON_RETRY_CYCLES;
@@ -43,6 +48,12 @@ impl Controller {
                 return;
             }
         };
+        if h.assisted_only && self.hot.monitor.is_none() {
+            tracing::info!(
+                assist_after = ?d.assist_after,
+                "DAMON only for containers under promotion assist (none at start; its kdamond runs while one is)"
+            );
+        }
         if claim.adopted.iter().any(|&a| a) {
             tracing::info!(kdamonds = ?claim.indices, "adopted the kdamonds of a previous tierd");
         }
