@@ -250,10 +250,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         0
     };
     // What each under-target container claims beyond the headroom. With
-    // the kernel's promotion nothing but what a guarantee lacks, known-
-    // hot pages and an assisted container's hot regions: NUMA balancing promotes into the headroom and, short of
-    // free pages, wakes kswapd, which demotes the unprotected (over-target)
-    // containers (mm/migrate.c `migrate_misplaced_folio_prepare`). Room
+    // the kernel's promotion nothing but what a guarantee lacks, known-hot
+    // pages and an assisted container's hot regions: NUMA balancing
+    // promotes into the headroom and, short of free pages, wakes kswapd,
+    // which demotes the unprotected (over-target) containers
+    // (mm/migrate.c `migrate_misplaced_folio_prepare`). Room
     // made ahead of it stays empty whenever NUMA balancing backs its scan
     // off (to a minute between scans).
     let claims = under.iter().fold(0u64, |acc, &(i, w)| {
@@ -261,10 +262,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         // of a sparse hot set can take minutes (tierd also promotes what
         // a guarantee lacks, into this room).
         let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
-        // Known-hot pages on the lower tier are promoted back as soon as
-        // there is room.
-        // An assisted container's hot lower-tier regions are promoted by
-        // tierd as soon as there is room.
+        // Known-hot pages on the lower tier, and an assisted container's
+        // hot lower-tier regions, are promoted by tierd as soon as there is
+        // room.
         let assist = if plans[i].assisted {
             cs[i].lower_hot_bytes.unwrap_or(0)
         } else {

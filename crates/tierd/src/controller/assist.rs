@@ -73,18 +73,10 @@ impl Controller {
         if todo.is_empty() || self.hot.pages.is_none() {
             return false;
         }
-        if let Err(e) = self.topo.refresh_free(&self.cfg.daemon.sysfs_root) {
-            tracing::debug!(error = %e, "cannot refresh free memory for the promotion assist");
-            return true;
-        }
-        let Some(dest) = self.topo.most_free(&self.topo.fast_nodes()) else {
+        // After recall's moves: free memory is read again.
+        let Some((dest, lower, mut room)) = self.promotion_room("the promotion assist") else {
             return false;
         };
-        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
-        let mut room = self
-            .topo
-            .fast_free_bytes()
-            .saturating_sub(self.cfg.headroom_bytes());
         let warm_up = self.cfg.daemon.cold_min_age;
         let mut results = Vec::new();
         let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {

@@ -224,6 +224,25 @@ impl KnownHot {
 }
 
 impl Controller {
+    /// Where tierd's own promotions (recall, the assist) go and how much
+    /// room they have, read now, after this cycle's demotion: (the fast
+    /// node with the most free memory, the lower-tier nodes, free fast-tier
+    /// bytes above the headroom). `None` when free memory cannot be read
+    /// (logged at debug level, naming `what`) or there is no fast node.
+    pub(super) fn promotion_room(&mut self, what: &str) -> Option<(u32, Vec<u32>, u64)> {
+        if let Err(e) = self.topo.refresh_free(&self.cfg.daemon.sysfs_root) {
+            tracing::debug!(error = %e, "cannot refresh free memory for {what}");
+            return None;
+        }
+        let dest = self.topo.most_free(&self.topo.fast_nodes())?;
+        let lower = self.topo.lower_nodes().iter().copied().collect();
+        let room = self
+            .topo
+            .fast_free_bytes()
+            .saturating_sub(self.cfg.headroom_bytes());
+        Some((dest, lower, room))
+    }
+
     /// Recalls known-hot pages of containers below their target (see the
     /// module docs), after this cycle's demotion made room: each gets at
     /// most what it lacks of its target (÷ 2^damping level) and what free
@@ -262,19 +281,9 @@ impl Controller {
         if short.is_empty() {
             return false;
         }
-        // Room as it is after the demotion above.
-        if let Err(e) = self.topo.refresh_free(&self.cfg.daemon.sysfs_root) {
-            tracing::debug!(error = %e, "cannot refresh free memory for recall");
-            return false;
-        }
-        let Some(dest) = self.topo.most_free(&self.topo.fast_nodes()) else {
+        let Some((dest, lower, mut room)) = self.promotion_room("recall") else {
             return false;
         };
-        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
-        let mut room = self
-            .topo
-            .fast_free_bytes()
-            .saturating_sub(self.cfg.headroom_bytes());
         let mut pending = false;
         let mut results = Vec::new();
         for (m, lack, enough, under) in short {

@@ -48,7 +48,7 @@ impl Controller {
                 return;
             }
         };
-        if h.assisted_only && self.hot.monitor.is_none() {
+        if h.assisted_only {
             tracing::info!(
                 assist_after = ?d.assist_after,
                 "DAMON only for containers under promotion assist (none at start; its kdamond runs while one is)"
