@@ -1736,14 +1736,44 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             .collect()
     }
 
+    /// One line per container: `t:fast/target` in MiB at each sample, for
+    /// failure messages.
+    fn trace(series: &[(&str, &BTreeMap<i64, &Value>)]) -> String {
+        let mib = |v: &Value, k: &str| f(v, k).map_or(-1.0, |b| b / 1048576.0);
+        series
+            .iter()
+            .map(|(name, s)| {
+                let points: Vec<String> = s
+                    .iter()
+                    .map(|(t, v)| {
+                        format!(
+                            "{t}:{:.0}/{:.0}",
+                            mib(v, "fast_bytes"),
+                            mib(v, "target_bytes")
+                        )
+                    })
+                    .collect();
+                format!("{name}: {}", points.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// skew.toml, shortened: two 600 MiB cache tenants with Zipf 0.6 and
     /// 1.2 popularity and equal weights get the same share of DRAM (targets
-    /// within 2% of the fast tier at every sample from 30 s, fast-tier bytes
-    /// within 10% at the end), and the skewed one, whose accesses
-    /// concentrate on fewer pages, has the higher hit ratio from it.
+    /// within 2% of the fast tier at every sample from 30 s), and the
+    /// skewed one, whose accesses concentrate on fewer pages, has the higher
+    /// hit ratio from it. At the end the two hold fast-tier bytes within 10%
+    /// of the fast tier of each other, or the one below its target has its
+    /// hot set on DRAM (hottest 10% ≥ 0.98, hit ratio ≥ 0.95): tierd is
+    /// work-conserving and demotes its neighbour's pages only for pages it
+    /// promotes, and the skewed tenant's lower-tier tail (Zipf 1.2 ranks
+    /// beyond ~90k: 1–2% of its accesses, each page ~15× colder than the
+    /// flat tenant's coldest DRAM page) may draw no promotion for tens of
+    /// seconds (docs/NOTES.md "Skew: the work-conserving end state").
     #[test]
     fn skewed_and_flat_tenants_get_equal_dram_and_different_hit_ratios() {
-        let s = run_scenario("skew.toml", &["tierd"], 50);
+        let s = run_scenario("skew.toml", &["tierd"], 60);
         let fast_total = f(s.host["tierd"].last().unwrap(), "fast_total_bytes").unwrap();
         let (flat, skewed) = (by_time(&s, "tierd", "flat"), by_time(&s, "tierd", "skewed"));
         let mut checked = 0;
@@ -1762,11 +1792,29 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             skewed.values().last().unwrap(),
         );
         let (fa, fb) = (f(a, "fast_bytes").unwrap(), f(b, "fast_bytes").unwrap());
-        assert!(
-            (fa - fb).abs() <= 0.10 * fast_total,
-            "fast-tier bytes at the end {fa} vs {fb}"
+        // Printed (shown on failure) so a slow convergence can be told from
+        // a wrong target.
+        println!(
+            "MiB by time (fast / target):\n{}",
+            trace(&[("flat", &flat), ("skewed", &skewed)])
         );
         let (ha, hb) = (f(a, "hit_ratio").unwrap(), f(b, "hit_ratio").unwrap());
+        if (fa - fb).abs() > 0.10 * fast_total {
+            let (name, low) = if fa < fb { ("flat", a) } else { ("skewed", b) };
+            let (fast, target) = (
+                f(low, "fast_bytes").unwrap(),
+                f(low, "target_bytes").unwrap(),
+            );
+            let (hot, hit) = (
+                f(low, "hot_residency").unwrap_or(0.0),
+                f(low, "hit_ratio").unwrap_or(0.0),
+            );
+            assert!(
+                fast < target && hot >= 0.98 && hit >= 0.95,
+                "fast-tier bytes at the end {fa} vs {fb}, and {name} ({fast} of a {target}-byte \
+                 target) does not have its hot set on DRAM: hottest 10% {hot}, hit ratio {hit}"
+            );
+        }
         assert!(hb > ha, "hit ratio skewed {hb} <= flat {ha}");
     }
 
