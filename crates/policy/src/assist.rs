@@ -14,10 +14,13 @@
 //! *assisted*: the daemon watches its processes with DAMON and promotes its
 //! hot lower-tier regions itself, and the container claims room for the
 //! hot bytes DAMON found there ([`ContainerSnapshot::lower_hot_bytes`]).
-//! It stays assisted until it leaves the under-target state, or until
-//! DAMON, once warmed up, finds nothing hot on its lower tier (then the
-//! clock starts again: its lower-tier pages are cold, and watching them
-//! costs a kdamond for nothing).
+//! Under its target it stays assisted until DAMON, once warmed up, finds
+//! nothing hot on its lower tier (then the clock starts again: its
+//! lower-tier pages are cold, and watching them costs a kdamond for
+//! nothing). At its target it stays assisted for the within-share swap
+//! ([`crate::ContainerPlan::swap_bytes`]) while DAMON finds at least a
+//! quarter of its band hot on its lower tier and its pages do not
+//! ping-pong; over its target the assist ends.
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
@@ -30,27 +33,48 @@ pub(crate) struct Progress {
     pub id: ContainerId,
     /// Under target − band this cycle (with lower-tier bytes to promote).
     pub under: bool,
+    /// Within its band this cycle, with bytes on the lower tier.
+    pub at_target: bool,
+    /// Thrash damping engaged (its pages ping-pong).
+    pub damped: bool,
     /// Bytes promoted for it since the last cycle (kernel and tierd).
     pub promoted_bytes: u64,
     /// DAMON's hot bytes on the lower tier, once warmed up (`None`: not
     /// watched, or not long enough).
     pub lower_hot_bytes: Option<u64>,
+    /// Below this many hot lower-tier bytes an assisted container at its
+    /// target is no longer assisted (a quarter of its band).
+    pub swap_min_bytes: u64,
+    /// Fewer bytes promoted in a cycle are not progress (a sixteenth of its
+    /// band): a stalled NUMA-balancing scan still promotes a few pages a
+    /// second, which must not hold the assist off.
+    pub progress_min_bytes: u64,
 }
 
 /// Records one cycle; returns whether each container (in input order) is
-/// assisted. `after_ms` 0 turns the assist off. Containers absent from
-/// `cs` are forgotten.
+/// assisted. `after_ms` 0 turns the assist off. An assisted container that
+/// reaches its target stays assisted (for the within-share swap) while
+/// DAMON finds at least `swap_min_bytes` hot on its lower tier and its
+/// pages do not ping-pong; over its target, or once that ends, its state is
+/// forgotten, like that of containers absent from `cs`.
 pub(crate) fn observe(
     st: &mut BTreeMap<ContainerId, AssistState>,
     now_ms: u64,
     cs: &[Progress],
     after_ms: u64,
 ) -> Vec<bool> {
-    st.retain(|id, _| cs.iter().any(|c| c.id == *id && c.under));
-    cs.iter()
+    let out: Vec<bool> = cs
+        .iter()
         .map(|c| {
-            if after_ms == 0 || !c.under {
+            if after_ms == 0 {
                 return false;
+            }
+            if !c.under {
+                let swapping = c.at_target
+                    && !c.damped
+                    && st.get(&c.id).is_some_and(|s| s.assisted)
+                    && c.lower_hot_bytes.is_none_or(|h| h >= c.swap_min_bytes);
+                return swapping;
             }
             let s = st.entry(c.id).or_insert(AssistState {
                 since_ms: now_ms,
@@ -62,7 +86,7 @@ pub(crate) fn observe(
                     s.assisted = false;
                     s.since_ms = now_ms;
                 }
-            } else if c.promoted_bytes > 0 {
+            } else if c.promoted_bytes >= c.progress_min_bytes.max(1) {
                 // The kernel (or recall) is still bringing it up.
                 s.since_ms = now_ms;
             } else if now_ms.saturating_sub(s.since_ms) >= after_ms {
@@ -70,5 +94,11 @@ pub(crate) fn observe(
             }
             s.assisted
         })
-        .collect()
+        .collect();
+    st.retain(|id, _| {
+        cs.iter()
+            .zip(&out)
+            .any(|(c, &a)| c.id == *id && (c.under || a))
+    });
+    out
 }

@@ -302,8 +302,20 @@ pub struct ContainerPlan {
     /// Promotion assist (`assist.rs`): under its target − band with nothing
     /// promoted for it for [`PolicyParams::assist_after_ms`] while the
     /// kernel promotes; the daemon watches its processes with DAMON and
-    /// promotes its hot lower-tier regions within `promote_bytes`.
+    /// promotes its hot lower-tier regions within `promote_bytes`. It stays
+    /// assisted at its target while DAMON still finds hot bytes on its
+    /// lower tier (see `swap_bytes`).
     pub assisted: bool,
+    /// Within-share swap, bytes (part of both `demote_bytes` and
+    /// `promote_bytes`): an assisted container at its target whose hot
+    /// lower-tier regions are at least a quarter of its band demotes that
+    /// many bytes of its own oldest fast-tier pages (the multi-gen LRU's
+    /// oldest generation) and promotes its hot lower-tier regions into the
+    /// room. Its share stays the same; which of its pages hold it changes
+    /// (a newcomer's never-touched first pages, kept on DRAM by its own
+    /// protection, make way for its hot set; docs/NOTES.md "Within-share
+    /// swap").
+    pub swap_bytes: u64,
 }
 
 /// The solver's output for one cycle.

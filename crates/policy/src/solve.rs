@@ -209,8 +209,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             .map(|(c, p)| crate::assist::Progress {
                 id: c.id,
                 under: p.state == PlacementState::UnderTarget,
+                at_target: p.state == PlacementState::AtTarget && c.slow_bytes > 0,
+                damped: p.damping_level > 0,
                 promoted_bytes: c.migrations.promoted_bytes,
                 lower_hot_bytes: c.lower_hot_bytes,
+                swap_min_bytes: band_bytes(params, p.target_bytes) / 4,
+                progress_min_bytes: band_bytes(params, p.target_bytes) / 16,
             })
             .collect();
         let assisted =
@@ -299,6 +303,35 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .collect();
     for (i, take) in spend(under, &mut promote_tokens, &mut global_promote) {
         plans[i].promote_bytes = take;
+    }
+    // Within-share swap (ContainerPlan::swap_bytes): an assisted container
+    // at its target trades its oldest fast-tier pages for its hot
+    // lower-tier regions, charged to both its buckets. Its own demotion
+    // makes the room, so nobody else's claim or the headroom pays for it.
+    let swaps: Vec<(usize, u64)> = plans
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.assisted && p.state == PlacementState::AtTarget)
+        .filter_map(|(i, _)| {
+            let hot = cs[i].lower_hot_bytes?.min(cs[i].slow_bytes);
+            (hot > 0).then_some((i, hot))
+        })
+        .collect();
+    let promotable = spend(swaps, &mut promote_tokens, &mut global_promote);
+    let matched: BTreeMap<usize, u64> =
+        spend(promotable.clone(), &mut demote_tokens, &mut global_demote)
+            .into_iter()
+            .collect();
+    for (i, asked) in promotable {
+        // A swap is both halves: promotion tokens the demotion side could
+        // not match go back (spend may serve fewer than asked).
+        let take = matched.get(&i).copied().unwrap_or(0);
+        let back = asked.saturating_sub(take) as f64;
+        promote_tokens[i] += back;
+        global_promote += back;
+        plans[i].swap_bytes = take;
+        plans[i].promote_bytes = plans[i].promote_bytes.saturating_add(take);
+        plans[i].demote_bytes = plans[i].demote_bytes.saturating_add(take);
     }
 
     // Protection (Equilibria: memory.low steers kswapd demotion away).
@@ -479,6 +512,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         damping_level: 0,
         pingpong_bytes_per_s: 0,
         assisted: false,
+        swap_bytes: 0,
         state: if pinned {
             PlacementState::Pinned
         } else {

@@ -1185,8 +1185,10 @@ fn assist_starts_after_the_kernel_promoted_nothing_for_assist_after() {
     let mut st = PolicyState::default();
     let mut assisted_at = None;
     for cycle in 1..=10u64 {
-        // The kernel promotes for the newcomer in the first two cycles.
-        s.containers[1].migrations.promoted_bytes = if cycle <= 2 { 4 * MIB } else { 0 };
+        // The kernel promotes for the newcomer in the first two cycles, then
+        // a stalled scan's trickle (64 KiB a cycle, under a sixteenth of
+        // the 16 MiB band), which is not progress.
+        s.containers[1].migrations.promoted_bytes = if cycle <= 2 { 4 * MIB } else { 64 << 10 };
         let plan = solve(&s, &p, &mut st);
         assert!(!plan.get(1).unwrap().assisted, "the hog is over its target");
         if plan.get(2).unwrap().assisted && assisted_at.is_none() {
@@ -1253,4 +1255,79 @@ fn the_assist_backs_off_when_nothing_hot_is_down_there_and_ends_at_the_target() 
     for _ in 0..20 {
         assert!(!solve(&s, &off, &mut st).get(2).unwrap().assisted);
     }
+}
+
+#[test]
+fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_tier_ones() {
+    let (p, s) = assist_case();
+    let mut st = PolicyState::default();
+    for _ in 0..6 {
+        solve(&s, &p, &mut st);
+    }
+    assert!(st.assist[&2].assisted);
+    // The newcomer reached its band (target 500 MiB, its usage; band
+    // 16 MiB) with 8 MiB of hot regions still on its lower tier, e.g. its
+    // never-touched first pages keeping DRAM inside its share.
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 524 * MIB, 276 * MIB), c(2, 490 * MIB, 10 * MIB)],
+    );
+    s.elapsed_ms = 2_000;
+    s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    let n = plan.get(2).unwrap();
+    assert_eq!(n.state, PlacementState::AtTarget);
+    assert!(n.assisted);
+    assert_eq!(
+        (n.swap_bytes, n.demote_bytes, n.promote_bytes),
+        (8 * MIB, 8 * MIB, 8 * MIB)
+    );
+    // Its own demotion makes the room: the hog gives nothing up for it.
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    assert_eq!(plan.need_bytes, 0);
+    // Less than a quarter of its band still hot down there: the swap and
+    // the assist end, and its state is forgotten.
+    s.containers[1].lower_hot_bytes = Some(3 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    let n = plan.get(2).unwrap();
+    assert!(!n.assisted);
+    assert_eq!((n.swap_bytes, n.demote_bytes, n.promote_bytes), (0, 0, 0));
+    assert!(st.assist.is_empty());
+    // Not assisted again at its target, whatever DAMON would say: only a
+    // container under its target starts an assist.
+    s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    for _ in 0..10 {
+        assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    }
+}
+
+#[test]
+fn the_within_share_swap_is_bounded_by_both_token_buckets() {
+    let (p, s) = assist_case();
+    // 4 MiB/s of demotion and 100 MiB/s of promotion, 1 s bursts: the
+    // swap is what both halves allow, and promotion tokens the demotion
+    // side could not match are kept.
+    let p = PolicyParams {
+        container_demote_bytes_per_s: 4 * MIB,
+        container_promote_bytes_per_s: 100 * MIB,
+        ..p
+    };
+    let mut st = PolicyState::default();
+    for _ in 0..6 {
+        solve(&s, &p, &mut st);
+    }
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 524 * MIB, 276 * MIB), c(2, 490 * MIB, 10 * MIB)],
+    );
+    s.elapsed_ms = 2_000;
+    s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    let n = plan.get(2).unwrap();
+    assert_eq!(
+        (n.swap_bytes, n.demote_bytes, n.promote_bytes),
+        (4 * MIB, 4 * MIB, 4 * MIB)
+    );
+    // A full promotion bucket (100 MiB) charged only the 4 MiB swapped.
+    assert_eq!(st.promote_tokens[&2], (96 * MIB) as f64);
 }

@@ -376,18 +376,33 @@ proptest! {
     /// promotes, a window of its promotion budget.
     #[test]
     fn demotion_below_local_high_never_exceeds_the_need(s in snapshot(), p in params()) {
-        let plan = fresh(&s, &p);
+        // Every container was assisted in an earlier cycle, so that the
+        // assist's claims and the within-share swap are exercised.
+        let mut st = PolicyState::default();
+        for c in &s.containers {
+            st.assist.insert(c.id, AssistState { since_ms: 0, assisted: true });
+        }
+        let plan = solve(&s, &p, &mut st);
         let mut discretionary = 0u128;
         for c in &s.containers {
             let pc = plan.get(c.id).unwrap();
             let above_high = c.fast_bytes.saturating_sub(pc.local_high_bytes);
-            discretionary += u128::from(pc.demote_bytes.saturating_sub(above_high));
+            // A swap demotes a container's own pages for room it fills
+            // itself: no one else's demotion and not the headroom's.
+            let own = pc.demote_bytes.saturating_sub(pc.swap_bytes);
+            discretionary += u128::from(own.saturating_sub(above_high));
+            prop_assert!(pc.swap_bytes <= pc.promote_bytes, "{pc:?}");
+            if pc.swap_bytes > 0 {
+                prop_assert!(pc.assisted && pc.state == PlacementState::AtTarget, "{pc:?}");
+                prop_assert!(pc.swap_bytes <= c.lower_hot_bytes.unwrap_or(0).min(c.slow_bytes));
+                prop_assert!(pc.demote_bytes == pc.swap_bytes, "{pc:?}");
+            }
         }
         prop_assert!(discretionary <= u128::from(plan.need_bytes));
-        // Only a container under its target is assisted, and never while
-        // tierd promotes everyone.
+        // Only a container under or at its target is assisted, and never
+        // while tierd promotes everyone.
         for pc in &plan.containers {
-            prop_assert!(!pc.assisted || (pc.state == PlacementState::UnderTarget && !p.tierd_promotes));
+            prop_assert!(!pc.assisted || (matches!(pc.state, PlacementState::UnderTarget | PlacementState::AtTarget) && !p.tierd_promotes));
         }
         let managed: u128 = s.containers.iter().map(|c| u128::from(c.fast_bytes)).sum();
         let window = if p.tierd_promotes { u128::from(p.container_promote_bytes_per_s) * 10 } else { 0 };

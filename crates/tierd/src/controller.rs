@@ -148,6 +148,9 @@ pub struct Controller {
     /// Containers under promotion assist at the last solve (`assist.rs`):
     /// the ones DAMON watches when `hotness.assisted_only`.
     assisted: HashSet<u64>,
+    /// Assisted containers at their target trading pages within their
+    /// share (`ContainerPlan::swap_bytes`), for the log.
+    swapping: HashSet<u64>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -362,6 +365,7 @@ impl Controller {
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
             assisted: HashSet::new(),
+            swapping: HashSet::new(),
             gate: gate::PromotionGate::default(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)

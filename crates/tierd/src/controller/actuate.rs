@@ -97,7 +97,11 @@ impl Controller {
             }
             match result {
                 Ok(outcome) => {
-                    self.own_moved.entry(m.id).or_default().demoted_bytes += demote;
+                    // A within-share swap evicts the oldest generation for
+                    // other pages of the container: not ping-pong input
+                    // (min(down, up) would read its two halves as one).
+                    self.own_moved.entry(m.id).or_default().demoted_bytes +=
+                        demote.saturating_sub(p.swap_bytes);
                     self.metrics
                         .container_demote_requested_bytes
                         .get_or_create(&labels)

@@ -33,12 +33,15 @@ impl Controller {
     /// Records which containers the plan assists (DAMON watches them from
     /// the next cycle) and logs each change.
     pub(super) fn note_assisted(&mut self, managed: &[Managed], plan: &Plan) {
-        let now: HashSet<u64> = plan
-            .containers
-            .iter()
-            .filter(|p| p.assisted)
-            .map(|p| p.id)
-            .collect();
+        let ids = |f: fn(&policy::ContainerPlan) -> bool| -> HashSet<u64> {
+            plan.containers
+                .iter()
+                .filter(|p| f(p))
+                .map(|p| p.id)
+                .collect()
+        };
+        let now = ids(|p| p.assisted);
+        let swapping = ids(|p| p.swap_bytes > 0);
         for m in managed {
             match (self.assisted.contains(&m.id), now.contains(&m.id)) {
                 (false, true) => tracing::info!(
@@ -51,8 +54,15 @@ impl Controller {
                 }
                 _ => {}
             }
+            if swapping.contains(&m.id) && !self.swapping.contains(&m.id) {
+                tracing::info!(
+                    container = %m.path,
+                    "at its target with hot regions on the lower tier: swaps its oldest fast-tier pages for them"
+                );
+            }
         }
         self.assisted = now;
+        self.swapping = swapping;
     }
 
     /// Promotes the hot lower-tier DAMON regions of each assisted container

@@ -228,6 +228,7 @@ mod tests {
             guarantee_promote_bytes: owed,
             damping_level: 0,
             pingpong_bytes_per_s: 0,
+            swap_bytes: 0,
             state,
             assisted: false,
         };
