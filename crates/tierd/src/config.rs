@@ -319,7 +319,9 @@ pub struct DaemonConfig {
     /// target − band with nothing promoted for it (by the kernel or recall)
     /// for this long is watched by DAMON, and tierd promotes its hot
     /// lower-tier regions with `move_pages(2)` into free fast-tier memory
-    /// above `headroom` until it reaches its band (policy `assist.rs`). The
+    /// above `headroom`; at its band it swaps its own oldest fast-tier
+    /// pages for hot lower-tier regions while a quarter band of them is
+    /// left (policy `assist.rs`, `ContainerPlan::swap_bytes`). The
     /// kernel promotes a page only at the hint fault after its process's
     /// next NUMA-balancing scan pass, which comes a minute apart once the
     /// scan has backed off. 0 turns it off.

@@ -43,6 +43,10 @@ impl Controller {
         let now = ids(|p| p.assisted);
         let swapping = ids(|p| p.swap_bytes > 0);
         for m in managed {
+            if let Some(p) = plan.get(m.id).filter(|p| p.assisted) {
+                tracing::debug!(container = %m.path, lower_hot_bytes = ?self.lower_hot_bytes(m.id),
+                    state = ?p.state, promote = p.promote_bytes, swap = p.swap_bytes, "assisted");
+            }
             match (self.assisted.contains(&m.id), now.contains(&m.id)) {
                 (false, true) => tracing::info!(
                     container = %m.path,
