@@ -206,15 +206,18 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         let progress: Vec<crate::assist::Progress> = cs
             .iter()
             .zip(&plans)
-            .map(|(c, p)| crate::assist::Progress {
-                id: c.id,
-                under: p.state == PlacementState::UnderTarget,
-                at_target: p.state == PlacementState::AtTarget && c.slow_bytes > 0,
-                damped: p.damping_level > 0,
-                promoted_bytes: c.migrations.promoted_bytes,
-                lower_hot_bytes: c.lower_hot_bytes,
-                swap_min_bytes: band_bytes(params, p.target_bytes) / 4,
-                progress_min_bytes: band_bytes(params, p.target_bytes) / 16,
+            .map(|(c, p)| {
+                let band = band_bytes(params, p.target_bytes);
+                crate::assist::Progress {
+                    id: c.id,
+                    under: p.state == PlacementState::UnderTarget,
+                    at_target: p.state == PlacementState::AtTarget && c.slow_bytes > 0,
+                    damped: p.damping_level > 0,
+                    promoted_bytes: c.migrations.promoted_bytes,
+                    lower_hot_bytes: c.lower_hot_bytes,
+                    swap_min_bytes: band / 4,
+                    progress_min_bytes: band / 16,
+                }
             })
             .collect();
         let assisted =

@@ -1257,23 +1257,30 @@ fn the_assist_backs_off_when_nothing_hot_is_down_there_and_ends_at_the_target() 
     }
 }
 
-#[test]
-fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_tier_ones() {
-    let (p, s) = assist_case();
+/// assist_case's newcomer, assisted (six cycles under its target), then at
+/// its band (target 500 MiB, its usage; band 16 MiB) with 8 MiB of hot
+/// regions still on its lower tier, e.g. its never-touched first pages
+/// keeping DRAM inside its share.
+fn swap_case(p: &PolicyParams) -> (Snapshot, PolicyState) {
+    let (_, s) = assist_case();
     let mut st = PolicyState::default();
     for _ in 0..6 {
-        solve(&s, &p, &mut st);
+        solve(&s, p, &mut st);
     }
     assert!(st.assist[&2].assisted);
-    // The newcomer reached its band (target 500 MiB, its usage; band
-    // 16 MiB) with 8 MiB of hot regions still on its lower tier, e.g. its
-    // never-touched first pages keeping DRAM inside its share.
     let mut s = snap(
         1024 * MIB,
         vec![c(1, 524 * MIB, 276 * MIB), c(2, 490 * MIB, 10 * MIB)],
     );
     s.elapsed_ms = 2_000;
     s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    (s, st)
+}
+
+#[test]
+fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_tier_ones() {
+    let (p, _) = assist_case();
+    let (mut s, mut st) = swap_case(&p);
     let plan = solve(&s, &p, &mut st);
     let n = plan.get(2).unwrap();
     assert_eq!(n.state, PlacementState::AtTarget);
@@ -1303,7 +1310,7 @@ fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_
 
 #[test]
 fn the_within_share_swap_is_bounded_by_both_token_buckets() {
-    let (p, s) = assist_case();
+    let (p, _) = assist_case();
     // 4 MiB/s of demotion and 100 MiB/s of promotion, 1 s bursts: the
     // swap is what both halves allow, and promotion tokens the demotion
     // side could not match are kept.
@@ -1312,16 +1319,7 @@ fn the_within_share_swap_is_bounded_by_both_token_buckets() {
         container_promote_bytes_per_s: 100 * MIB,
         ..p
     };
-    let mut st = PolicyState::default();
-    for _ in 0..6 {
-        solve(&s, &p, &mut st);
-    }
-    let mut s = snap(
-        1024 * MIB,
-        vec![c(1, 524 * MIB, 276 * MIB), c(2, 490 * MIB, 10 * MIB)],
-    );
-    s.elapsed_ms = 2_000;
-    s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    let (s, mut st) = swap_case(&p);
     let plan = solve(&s, &p, &mut st);
     let n = plan.get(2).unwrap();
     assert_eq!(
