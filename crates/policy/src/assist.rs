@@ -13,9 +13,7 @@
 //! promoted for it (by the kernel or tierd's recall), a container is
 //! *assisted*: the daemon watches its processes with DAMON and promotes its
 //! hot lower-tier regions itself, and the container claims room for the
-//! hot bytes DAMON found there ([`ContainerSnapshot::lower_hot_bytes`];
-//! the demotion that makes it, [`crate::ContainerPlan::assist_room_bytes`],
-//! is made in steps as the promotion fills it).
+//! hot bytes DAMON found there ([`ContainerSnapshot::lower_hot_bytes`]).
 //! Under its target it stays assisted until DAMON, once warmed up, finds
 //! nothing hot on its lower tier (then the clock starts again: its
 //! lower-tier pages are cold, and watching them costs a kdamond for

@@ -316,16 +316,6 @@ pub struct ContainerPlan {
     /// protection, make way for its hot set; docs/NOTES.md "Within-share
     /// swap").
     pub swap_bytes: u64,
-    /// Of `demote_bytes` (beside `swap_bytes`), the room made for assisted
-    /// containers' hot lower-tier regions (their claims in
-    /// [`Plan::need_bytes`]): what this container gives up beyond the
-    /// room the fast tier needs without those claims. DAMON's estimate of
-    /// those regions is region-granular and swings from cycle to cycle, so
-    /// the daemon demotes this part (and `swap_bytes`) in steps, each
-    /// followed by the assist's promotion into the room, and stops when a
-    /// step is not filled: room made ahead of a promotion that finds less
-    /// would sit empty.
-    pub assist_room_bytes: u64,
 }
 
 /// The solver's output for one cycle.

@@ -264,54 +264,39 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // (mm/migrate.c `migrate_misplaced_folio_prepare`). Room
     // made ahead of it stays empty whenever NUMA balancing backs its scan
     // off (to a minute between scans).
-    let claims = |assist_claims: bool| {
-        under.iter().fold(0u64, |acc, &(i, w)| {
-            // A `local_low` guarantee is owed up front: the kernel's
-            // promotion of a sparse hot set can take minutes (tierd also
-            // promotes what a guarantee lacks, into this room).
-            let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
-            // Known-hot pages on the lower tier, and an assisted container's
-            // hot lower-tier regions, are promoted by tierd as soon as there
-            // is room.
-            let assist = if assist_claims && plans[i].assisted {
-                cs[i].lower_hot_bytes.unwrap_or(0)
-            } else {
-                0
-            };
-            let claim = promoter_window_bytes
-                .max(owed)
-                .max(cs[i].recallable_bytes)
-                .max(assist);
-            acc.saturating_add(claim.min(w))
-        })
-    };
+    let claims = under.iter().fold(0u64, |acc, &(i, w)| {
+        // A `local_low` guarantee is owed up front: the kernel's promotion
+        // of a sparse hot set can take minutes (tierd also promotes what
+        // a guarantee lacks, into this room).
+        let owed = plans[i].guarantee_bytes.saturating_sub(cs[i].fast_bytes);
+        // Known-hot pages on the lower tier, and an assisted container's
+        // hot lower-tier regions, are promoted by tierd as soon as there is
+        // room.
+        let assist = if plans[i].assisted {
+            cs[i].lower_hot_bytes.unwrap_or(0)
+        } else {
+            0
+        };
+        let claim = promoter_window_bytes
+            .max(owed)
+            .max(cs[i].recallable_bytes)
+            .max(assist);
+        acc.saturating_add(claim.min(w))
+    });
     // Room needed = headroom + claims − free, where free = capacity −
     // unmanaged − managed: free room already there is not made again (it
     // is what the claimants grow into next). Written without clamping free
     // at 0, so a snapshot whose counters overcommit the tier (read at
     // different instants) counts the whole overcommit as needed room.
-    let need_with = |claims: u64| {
-        snapshot
-            .fast_unmanaged_bytes
-            .saturating_add(managed_fast)
-            .saturating_add(params.headroom_bytes)
-            .saturating_add(claims)
-            .saturating_sub(snapshot.fast_capacity_bytes)
-    };
-    let need_bytes = need_with(claims(true));
-    // The same without the assisted containers' claims: what each
-    // over-target container gives up beyond it is room for the assist
-    // (ContainerPlan::assist_room_bytes), made as the assist fills it.
-    let without_assist: BTreeMap<usize, u64> =
-        limit_to_need(over.clone(), &plans, &cs, need_with(claims(false)))
-            .into_iter()
-            .collect();
+    let need_bytes = snapshot
+        .fast_unmanaged_bytes
+        .saturating_add(managed_fast)
+        .saturating_add(params.headroom_bytes)
+        .saturating_add(claims)
+        .saturating_sub(snapshot.fast_capacity_bytes);
     let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
-        // Tokens short: the assist's room is what goes unmade first.
-        plans[i].assist_room_bytes =
-            take.saturating_sub(without_assist.get(&i).copied().unwrap_or(0));
     }
     // A damped container wants only 1/2^level of its gap this cycle, so the
     // buckets are charged for what it may actually move.
@@ -531,7 +516,6 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         pingpong_bytes_per_s: 0,
         assisted: false,
         swap_bytes: 0,
-        assist_room_bytes: 0,
         state: if pinned {
             PlacementState::Pinned
         } else {

@@ -75,17 +75,17 @@ impl Controller {
         let mut budget = self.demotion_pace.budget(self.cfg.daemon.interval);
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
-            // The assist's room and the swap's demotion half are made in
-            // steps with the assist's promotion (assist.rs).
             let want = p
                 .demote_bytes
-                .saturating_sub(p.assist_room_bytes + p.swap_bytes)
                 .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
             let demote = want.min(budget);
             if demote < MIN_RECLAIM_BYTES {
                 continue;
             }
             budget -= demote;
+            let labels = ContainerLabels {
+                cgroup: m.path.clone(),
+            };
             let started = Instant::now();
             let result = self.demote(m, demote, &mut gens, &mut agings);
             // Only a write that went through measures the device.
@@ -96,8 +96,31 @@ impl Controller {
                 self.metrics.demotion_bytes_per_second.set(bw);
             }
             match result {
-                Ok(outcome) => self.note_demoted(m, demote, outcome, demote),
-                Err(e) => self.demotion_failed(m, e),
+                Ok(outcome) => {
+                    // A within-share swap evicts the oldest generation for
+                    // other pages of the container: not ping-pong input
+                    // (min(down, up) would read its two halves as one).
+                    self.own_moved.entry(m.id).or_default().demoted_bytes +=
+                        demote.saturating_sub(p.swap_bytes);
+                    self.metrics
+                        .container_demote_requested_bytes
+                        .get_or_create(&labels)
+                        .inc_by(demote);
+                    if outcome == ReclaimOutcome::Short {
+                        self.metrics
+                            .container_reclaim_short
+                            .get_or_create(&labels)
+                            .inc();
+                    }
+                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "demoted");
+                }
+                Err(cgroupctl::Error::Vanished(p)) => {
+                    tracing::debug!(path = %p.display(), "cgroup vanished before demotion; skipped");
+                }
+                Err(e) => {
+                    tracing::warn!(container = %m.path, error = %e, "demotion failed");
+                    self.count_error(&m.path, "reclaim", &e);
+                }
             }
         }
         // The kernel's demotion work runs in the writer's context: these
@@ -105,54 +128,9 @@ impl Controller {
         self.metrics.lru_gen_agings.inc_by(agings.count);
         self.lap_split(phase, "reclaim", "age", agings.time);
         let recalling = self.recall(managed, snapshot, plan);
-        let mut agings = Agings::default();
-        let assisting = self.assist(managed, plan, &mut agings);
-        self.metrics.lru_gen_agings.inc_by(agings.count);
+        let assisting = self.assist(managed, plan);
         self.lap(phase, "recall");
         recalling || assisting
-    }
-
-    /// Records a demotion of `bytes` from `m` that went through: metrics,
-    /// a debug line, and `thrash_bytes` of it as the container's demoted
-    /// bytes for the ping-pong estimate (not a within-share swap's half: it
-    /// evicts the container's oldest generation for other pages of it, and
-    /// min(down, up) would read its two halves as ping-pong).
-    pub(super) fn note_demoted(
-        &mut self,
-        m: &Managed,
-        bytes: u64,
-        outcome: ReclaimOutcome,
-        thrash_bytes: u64,
-    ) {
-        self.own_moved.entry(m.id).or_default().demoted_bytes += thrash_bytes;
-        let labels = ContainerLabels {
-            cgroup: m.path.clone(),
-        };
-        self.metrics
-            .container_demote_requested_bytes
-            .get_or_create(&labels)
-            .inc_by(bytes);
-        if outcome == ReclaimOutcome::Short {
-            self.metrics
-                .container_reclaim_short
-                .get_or_create(&labels)
-                .inc();
-        }
-        tracing::debug!(container = %m.path, bytes, ?outcome, "demoted");
-    }
-
-    /// Logs and counts a demotion of `m` that failed (a vanished cgroup
-    /// only at debug level: it is gone by the next cycle).
-    pub(super) fn demotion_failed(&mut self, m: &Managed, e: cgroupctl::Error) {
-        match e {
-            cgroupctl::Error::Vanished(p) => {
-                tracing::debug!(path = %p.display(), "cgroup vanished before demotion; skipped");
-            }
-            e => {
-                tracing::warn!(container = %m.path, error = %e, "demotion failed");
-                self.count_error(&m.path, "reclaim", &e);
-            }
-        }
     }
 }
 

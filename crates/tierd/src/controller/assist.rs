@@ -8,7 +8,6 @@
 //! DAMON watches only the assisted containers' processes (with the shipped
 //! defaults nothing else needs it), and stops when none is assisted.
 
-use super::actuate::Agings;
 use super::*;
 
 impl Controller {
@@ -71,120 +70,39 @@ impl Controller {
     }
 
     /// Promotes the hot lower-tier DAMON regions of each assisted container
-    /// (`move_pages(2)`, hottest regions first), at most its promotion
-    /// budget (`promote_bytes`, already divided by its damping level), and
-    /// makes the room for it in steps: first into free fast-tier memory
-    /// above the headroom, then, while the plan leaves room to make
-    /// (`assist_room_bytes` of the containers over their targets,
-    /// `swap_bytes` of the swapping ones), one step of demotion (half the
-    /// headroom, at least [`MIN_ASSIST_STEP`]) followed by a promotion
-    /// round into it. It stops when a round fills less than half of its
-    /// step: DAMON's region-granular estimate swings from cycle to cycle,
-    /// and room made ahead of a promotion that finds less stays empty
-    /// (docs/NOTES.md "Assist room in steps"). Agings of the demotions
-    /// are added to `agings`. Returns true while an assisted container is
-    /// still being watched or moved (the cycle is not quiet).
-    pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan, agings: &mut Agings) -> bool {
-        let mut budgets: BTreeMap<u64, u64> = managed
+    /// (`move_pages(2)`, hottest regions first) after this cycle's demotion
+    /// made room: at most its promotion budget (`promote_bytes`, already
+    /// divided by its damping level) and what free fast-tier memory exceeds
+    /// the headroom by. Returns true while an assisted container is still
+    /// being watched or moved (the cycle is not quiet).
+    pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan) -> bool {
+        let todo: Vec<(&Managed, u64)> = managed
             .iter()
             .filter_map(|m| {
                 plan.get(m.id)
                     .filter(|p| p.assisted && p.promote_bytes > 0)
-                    .map(|p| (m.id, p.promote_bytes))
+                    .map(|p| (m, p.promote_bytes))
             })
             .collect();
-        if budgets.is_empty() || self.hot.pages.is_none() {
+        if todo.is_empty() || self.hot.pages.is_none() {
             return false;
         }
-        // (container, assist room left to make, swap demotion left)
-        let mut left: Vec<(&Managed, u64, u64)> = managed
-            .iter()
-            .filter_map(|m| {
-                plan.get(m.id)
-                    .map(|p| (m, p.assist_room_bytes, p.swap_bytes))
-            })
-            .filter(|&(_, room, swap)| room + swap > 0)
-            .collect();
-        let step = (self.cfg.headroom_bytes() / 2).max(MIN_ASSIST_STEP);
-        self.assist_round(managed, &mut budgets, 0);
-        loop {
-            let total: u64 = left.iter().map(|&(_, r, s)| r + s).sum();
-            if total == 0 || budgets.values().all(|&b| b == 0) {
-                break;
-            }
-            let this = step.min(total);
-            let mut made = 0;
-            for (m, room, swap) in left.iter_mut() {
-                let mine = ((u128::from(this) * u128::from(*room + *swap))
-                    .div_ceil(u128::from(total)) as u64)
-                    .min(*room + *swap);
-                if mine == 0 {
-                    continue;
-                }
-                // Each step reads lru_gen again: the last one emptied
-                // generations.
-                let started = Instant::now();
-                match self.demote(m, mine, &mut None, agings) {
-                    Ok(outcome) => {
-                        self.demotion_pace.observe(mine, started.elapsed());
-                        let from_swap = mine.min(*swap);
-                        self.note_demoted(m, mine, outcome, mine - from_swap);
-                        *swap -= from_swap;
-                        *room -= mine - from_swap;
-                        made += mine;
-                    }
-                    Err(e) => {
-                        self.demotion_failed(m, e);
-                        (*room, *swap) = (0, 0);
-                    }
-                }
-            }
-            if made == 0 {
-                break;
-            }
-            let filled = self.assist_round(managed, &mut budgets, made);
-            if filled < made / 2 {
-                tracing::debug!(made, filled, left = total - made,
-                    "the assist filled under half the room made for it: the rest waits for the next cycle");
-                break;
-            }
-        }
-        true
-    }
-
-    /// One promotion round of the assist into free fast-tier memory above
-    /// the headroom, read now, and at least `made` (the bytes the step
-    /// before it demoted: pages freed by a migration wait on the per-CPU
-    /// free lists, which the node's free count leaves out, so a read right
-    /// after a step found 0 of 32 MiB made). Each assisted container in
-    /// `budgets` (bytes it may still promote this cycle, reduced by what
-    /// moved) gets at most its budget and what room is left. Returns the
-    /// bytes moved.
-    fn assist_round(
-        &mut self,
-        managed: &[Managed],
-        budgets: &mut BTreeMap<u64, u64>,
-        made: u64,
-    ) -> u64 {
-        let Some((dest, lower, room)) = self.promotion_room("the promotion assist") else {
-            return 0;
+        // After recall's moves: free memory is read again.
+        let Some((dest, lower, mut room)) = self.promotion_room("the promotion assist") else {
+            return false;
         };
-        let mut room = room.max(made);
         let warm_up = self.cfg.daemon.cold_min_age;
         let mut results = Vec::new();
         let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
-            return 0;
+            return false;
         };
-        for m in managed {
-            let Some(budget) = budgets.get_mut(&m.id) else {
-                continue;
-            };
+        for (m, budget) in todo {
             let Some(r) = readings.get(&m.id).filter(|r| r.monitored_for >= warm_up) else {
                 continue;
             };
-            let take = (*budget).min(room);
-            if take == 0 {
-                continue;
+            let budget = budget.min(room);
+            if budget == 0 {
+                break;
             }
             // Hot regions only (cold_age 0): the assist promotes what DAMON
             // saw accessed, never the recently idle; and only regions whose
@@ -192,24 +110,16 @@ impl Controller {
             // queries (a few µs a page under emulation) are not spent on a
             // hot set already on DRAM.
             let procs = with_lower_pages(&r.procs, &lower);
-            let mv = pm.promote(m.id, &procs, 0, &lower, dest, take);
-            tracing::debug!(container = %m.path, budget = take, room, moved = mv.bytes,
-                failures = ?mv.failures, "assist promoted");
+            let mv = pm.promote(m.id, &procs, 0, &lower, dest, budget);
             room = room.saturating_sub(mv.bytes);
-            *budget -= mv.bytes.min(*budget);
             results.push((m.id, mv));
         }
-        let mut moved = 0;
         for (c, mv) in results {
-            moved += mv.bytes;
             self.record_move(managed, c, Direction::Promote, "assist", &mv);
         }
-        moved
+        true
     }
 }
-
-/// The least room the assist makes in one step (see [`Controller::assist`]).
-pub(super) const MIN_ASSIST_STEP: u64 = 16 << 20;
 
 /// `procs` keeping only the regions with sampled pages on a `lower` node.
 fn with_lower_pages(

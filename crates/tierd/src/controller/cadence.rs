@@ -229,7 +229,6 @@ mod tests {
             damping_level: 0,
             pingpong_bytes_per_s: 0,
             swap_bytes: 0,
-            assist_room_bytes: 0,
             state,
             assisted: false,
         };
