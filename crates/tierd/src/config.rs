@@ -401,8 +401,9 @@ pub enum HotnessSource {
 pub struct HotnessConfig {
     pub source: HotnessSource,
     /// DAMON watches only the containers under promotion assist
-    /// (`daemon.assist_after`): `source = "auto"` with nothing else that
-    /// needs heat. Set when the config is loaded.
+    /// (`daemon.assist_after`) and those lacking their `local_low`
+    /// guarantee: `source = "auto"` with nothing else that needs heat. Set
+    /// when the config is loaded.
     #[serde(skip)]
     pub assisted_only: bool,
     /// DAMON sysfs admin directory; default `<daemon.sysfs_root>/kernel/mm/damon/admin`.

@@ -148,6 +148,11 @@ pub struct Controller {
     /// Containers under promotion assist at the last solve (`assist.rs`):
     /// the ones DAMON watches when `hotness.assisted_only`.
     assisted: HashSet<u64>,
+    /// Containers whose fast-tier bytes lack their `local_low` guarantee
+    /// (`ContainerPlan::guarantee_promote_bytes`): tierd promotes the lack
+    /// through DAMON's regions, so DAMON watches them as well when
+    /// `hotness.assisted_only`.
+    owed: HashSet<u64>,
     /// Assisted containers at their target trading pages within their
     /// share (`ContainerPlan::swap_bytes`), for the log.
     swapping: HashSet<u64>,
@@ -365,6 +370,7 @@ impl Controller {
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
             assisted: HashSet::new(),
+            owed: HashSet::new(),
             swapping: HashSet::new(),
             gate: gate::PromotionGate::default(),
             restored: false,
@@ -500,7 +506,7 @@ impl Controller {
         };
         let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
         self.lap(&mut phase, "solve");
-        self.note_assisted(&managed, &plan);
+        self.note_assisted(&managed, &snapshot, &plan);
         if plan.guarantees_scaled {
             tracing::warn!(
                 pool_bytes = plan.pool_bytes,

@@ -127,6 +127,9 @@ impl Controller {
         // phases are where tierd's CPU goes when it demotes.
         self.metrics.lru_gen_agings.inc_by(agings.count);
         self.lap_split(phase, "reclaim", "age", agings.time);
+        // Into the room the demotion made: the guarantees first (a hard
+        // promise), then the pages the kernel wanted, then the assist.
+        self.promote_guarantees(managed, plan);
         let recalling = self.recall(managed, snapshot, plan);
         let assisting = self.assist(managed, plan);
         self.lap(phase, "recall");

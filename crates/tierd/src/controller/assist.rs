@@ -5,8 +5,9 @@
 //! once the scan has backed off those passes come a minute apart, and a
 //! newcomer's hot pages that one pass did not reach wait there while its
 //! share of DRAM sits with a neighbour (docs/NOTES.md "Promotion assist").
-//! DAMON watches only the assisted containers' processes (with the shipped
-//! defaults nothing else needs it), and stops when none is assisted.
+//! DAMON watches only the processes of assisted containers and of those
+//! lacking their `local_low` guarantee (with the shipped defaults nothing
+//! else needs it), and stops when there are none.
 
 use super::*;
 
@@ -30,9 +31,14 @@ impl Controller {
         )
     }
 
-    /// Records which containers the plan assists (DAMON watches them from
-    /// the next cycle) and logs each change.
-    pub(super) fn note_assisted(&mut self, managed: &[Managed], plan: &Plan) {
+    /// Records which containers the plan assists and which lack their
+    /// `local_low` guarantee (DAMON watches both from the next cycle: the
+    /// guarantee's promotion takes its pages from DAMON's regions, README
+    /// "Policy semantics"), and logs each change. A container stays owed
+    /// while its fast-tier bytes are under its guarantee with pages on the
+    /// lower tier, so DAMON does not stop and restart on a cycle whose
+    /// promotion budget happens to be spent.
+    pub(super) fn note_assisted(&mut self, managed: &[Managed], snapshot: &Snapshot, plan: &Plan) {
         let ids = |f: fn(&policy::ContainerPlan) -> bool| -> HashSet<u64> {
             plan.containers
                 .iter()
@@ -65,7 +71,32 @@ impl Controller {
                 );
             }
         }
+        let owed: HashSet<u64> = snapshot
+            .containers
+            .iter()
+            .filter(|c| {
+                plan.get(c.id).is_some_and(|p| {
+                    p.guarantee_promote_bytes > 0
+                        || (self.owed.contains(&c.id)
+                            && p.state != PlacementState::Pinned
+                            && c.fast_bytes < p.guarantee_bytes
+                            && c.slow_bytes > 0)
+                })
+            })
+            .map(|c| c.id)
+            .collect();
+        for m in managed {
+            match (self.owed.contains(&m.id), owed.contains(&m.id)) {
+                (false, true) => tracing::info!(
+                    container = %m.path,
+                    "under its local_low guarantee: tierd promotes what it lacks (DAMON watches it)"
+                ),
+                (true, false) => tracing::info!(container = %m.path, "guarantee met"),
+                _ => {}
+            }
+        }
         self.assisted = now;
+        self.owed = owed;
         self.swapping = swapping;
     }
 

@@ -1,8 +1,8 @@
 //! The hand-off to tierd's own movers (`promotion = "tierd"`, cold-first
-//! demotion, and in every mode what a `local_low` guarantee lacks; the
-//! last only through the `move_pages` mover): what each container may move
-//! this cycle, when memory.reclaim
-//! takes over from a stalled cold mover, and how each result is counted.
+//! demotion, and in every mode what a `local_low` guarantee lacks, the
+//! last through the `move_pages` mover after the cycle's demotion): what
+//! each container may move this cycle, when memory.reclaim takes over from
+//! a stalled cold mover, and how each result is counted.
 
 use super::*;
 
@@ -53,11 +53,7 @@ impl Controller {
         let Some(damon) = &self.hot.damon else {
             return done_down;
         };
-        let owed = plan
-            .containers
-            .iter()
-            .any(|p| p.guarantee_promote_bytes > 0);
-        if !promote && !cold && !owed {
+        if !promote && !cold {
             return done_down;
         }
         let (Some(fast_dest), Some(lower_dest)) = (
@@ -99,18 +95,6 @@ impl Controller {
                     };
                     let mv =
                         pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
-                    results.push((m.id, Direction::Promote, "move_pages", mv));
-                } else if p.guarantee_promote_bytes > 0 {
-                    // What a guarantee lacks is promoted whatever its heat
-                    // (hottest regions first, then the most recently used).
-                    let mv = pm.promote(
-                        m.id,
-                        &r.procs,
-                        u32::MAX,
-                        &lower,
-                        fast_dest,
-                        p.guarantee_promote_bytes,
-                    );
                     results.push((m.id, Direction::Promote, "move_pages", mv));
                 }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
@@ -222,6 +206,51 @@ impl Controller {
 }
 
 impl Controller {
+    /// Promotes what each `local_low` guarantee lacks on the fast tier
+    /// (`ContainerPlan::guarantee_promote_bytes`, bytes) through
+    /// `move_pages(2)`, whatever the pages' heat (hottest DAMON regions
+    /// first, then the most recently used), into the room this cycle's
+    /// demotion made: at most what free fast-tier memory exceeds the
+    /// headroom by. Promoting past that room drove the fast node to its
+    /// min watermark with every memcg protected, and the kernel then
+    /// OOM-killed a tenant for a cpuset-pinned allocation (docs/NOTES.md
+    /// "The guarantee's promotion needs DAMON"). Needs the `move_pages`
+    /// mover and DAMON's regions of the container (sample.rs watches owed
+    /// containers); otherwise the kernel's promotion alone fills it.
+    pub(super) fn promote_guarantees(&mut self, managed: &[Managed], plan: &Plan) {
+        let todo: Vec<(u64, u64)> = plan
+            .containers
+            .iter()
+            .filter(|p| p.guarantee_promote_bytes > 0)
+            .map(|p| (p.id, p.guarantee_promote_bytes))
+            .collect();
+        if todo.is_empty() || self.hot.pages.is_none() {
+            return;
+        }
+        let Some((dest, lower, mut room)) = self.promotion_room("a guarantee's promotion") else {
+            return;
+        };
+        let mut results = Vec::new();
+        let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
+            return;
+        };
+        for (c, want) in todo {
+            let Some(r) = readings.get(&c) else {
+                continue;
+            };
+            let budget = want.min(room);
+            if budget == 0 {
+                break;
+            }
+            let mv = pm.promote(c, &r.procs, u32::MAX, &lower, dest, budget);
+            room = room.saturating_sub(mv.bytes);
+            results.push((c, mv));
+        }
+        for (c, mv) in results {
+            self.record_move(managed, c, Direction::Promote, "move_pages", &mv);
+        }
+    }
+
     /// Counts one mover result in metrics, /status and the thrash input.
     pub(super) fn record_move(
         &mut self,

@@ -103,7 +103,7 @@ impl Controller {
         let mut members = Vec::new();
         let only_assisted = self.cfg.hotness.assisted_only;
         for m in managed {
-            if only_assisted && !self.assisted.contains(&m.id) {
+            if only_assisted && !self.assisted.contains(&m.id) && !self.owed.contains(&m.id) {
                 continue;
             }
             for cg in &m.members {
