@@ -58,8 +58,9 @@ pub const DEFAULT_STATE_FILE: &str = "/run/tierd/damon.json";
 /// Where physical memory ranges for `paddr` targets are read from.
 pub const DEFAULT_IOMEM: &str = "/proc/iomem";
 
-/// Attempts for a write that fails with EBUSY (the DAMON sysfs lock is taken
-/// with `mutex_trylock`, so concurrent users of the interface see EBUSY).
+/// Attempts for a write (or a `state`/`pid` read) that fails with EBUSY
+/// (the DAMON sysfs lock is taken with `mutex_trylock`, so concurrent users
+/// of the interface see EBUSY).
 const BUSY_ATTEMPTS: u32 = 10;
 
 /// Writes of this process that met EBUSY and were tried again (see
@@ -85,9 +86,9 @@ fn injected_busy() -> bool {
         .is_ok()
 }
 
-/// How many DAMON sysfs writes of this process met EBUSY (another user of
-/// the interface held its lock, mm/damon/sysfs.c `mutex_trylock`) and were
-/// tried again, since the process started. A count, not an error: a write
+/// How many DAMON sysfs writes (and `state`/`pid` reads) of this process
+/// met EBUSY (another user of the interface held its lock, mm/damon/sysfs.c
+/// `mutex_trylock`) and were tried again, since the process started. A count, not an error: a write
 /// that stays busy for all its attempts fails with [`Error::Busy`].
 pub fn busy_retries() -> u64 {
     BUSY_RETRIES.load(std::sync::atomic::Ordering::Relaxed)
@@ -979,7 +980,7 @@ impl Damon {
     /// Errors: [`Error::Io`], [`Error::Parse`].
     pub fn is_running(&self, idx: usize) -> Result<bool, Error> {
         let p = self.kdamond_dir(idx).join("state");
-        let s = read_trimmed(&p)?;
+        let s = read_trimmed(&p, self.busy_backoff)?;
         match s.as_str() {
             "on" => Ok(true),
             "off" => Ok(false),
@@ -992,7 +993,7 @@ impl Damon {
     /// Errors: [`Error::Io`], [`Error::Parse`].
     pub fn kdamond_pid(&self, idx: usize) -> Result<Option<u32>, Error> {
         let p = self.kdamond_dir(idx).join("pid");
-        let s = read_trimmed(&p)?;
+        let s = read_trimmed(&p, self.busy_backoff)?;
         match s.parse::<i64>() {
             Ok(-1) => Ok(None),
             Ok(v) if v > 0 && v <= u32::MAX as i64 => Ok(Some(v as u32)),
@@ -1214,13 +1215,12 @@ fn system_ram(iomem: &Path) -> Result<Vec<Range>, Error> {
     Ok(merged)
 }
 
-fn read_trimmed(p: &Path) -> Result<String, Error> {
-    fs::read_to_string(p)
-        .map(|s| s.trim().to_string())
-        .map_err(|e| Error::Io {
-            path: p.to_path_buf(),
-            source: e,
-        })
+/// Reads a kdamond's `state` or `pid`, retrying EBUSY like [`write_busy`]:
+/// their show functions can take the sysfs lock with `mutex_trylock`
+/// (mm/damon/sysfs.c), and a read of `state` that met another writer was
+/// seen to fail with EBUSY in the emulated host.
+fn read_trimmed(p: &Path, backoff: Duration) -> Result<String, Error> {
+    retry_busy(p, backoff, || fs::read_to_string(p)).map(|s| s.trim().to_string())
 }
 
 /// Reads a small numeric file with one `read` into a stack buffer (tried
@@ -1258,19 +1258,33 @@ fn read_num<T: std::str::FromStr>(p: &Path) -> Result<T, Error> {
 /// Writes `value` (no newline) in one write, without creating the file,
 /// retrying EBUSY with a 20..200 ms backoff.
 fn write_busy(p: &Path, value: &str, backoff: Duration) -> Result<(), Error> {
+    retry_busy(p, backoff, || {
+        if injected_busy() {
+            return Err(std::io::Error::from_raw_os_error(libc_ebusy()));
+        }
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(p)
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+    })
+}
+
+/// Runs `op` on DAMON sysfs file `p` up to [`BUSY_ATTEMPTS`] times while it
+/// fails with EBUSY (the interface's lock is taken with `mutex_trylock`),
+/// sleeping `backoff`, doubling to 200 ms, between attempts.
+///
+/// Errors: [`Error::Busy`] after the last attempt, [`Error::Io`] for any
+/// other failure.
+fn retry_busy<T>(
+    p: &Path,
+    backoff: Duration,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> Result<T, Error> {
     let mut delay = backoff;
     for attempt in 1..=BUSY_ATTEMPTS {
-        let r = if injected_busy() {
-            Err(std::io::Error::from_raw_os_error(libc_ebusy()))
-        } else {
-            fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(p)
-                .and_then(|mut f| f.write_all(value.as_bytes()))
-        };
-        match r {
-            Ok(()) => return Ok(()),
+        match op() {
+            Ok(v) => return Ok(v),
             Err(e) if e.raw_os_error() == Some(libc_ebusy()) => {
                 if attempt == BUSY_ATTEMPTS {
                     break;
@@ -1350,5 +1364,47 @@ mod fuzz {
                 prop_assert!(e.to_string().contains("stats/nr_tried"), "{}", e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod busy {
+    use super::*;
+
+    /// EBUSY is tried again (a read of `state` met it in the emulated host
+    /// while another command held the sysfs lock); the last attempt's
+    /// EBUSY is [`Error::Busy`]; any other error is [`Error::Io`] at once.
+    #[test]
+    fn ebusy_is_retried_and_other_errors_are_not() {
+        let p = Path::new("/sys/kernel/mm/damon/admin/kdamonds/0/state");
+        let ebusy = || io::Error::from_raw_os_error(libc_ebusy());
+        let mut calls = 0;
+        let r = retry_busy(p, Duration::ZERO, || {
+            calls += 1;
+            if calls < 3 {
+                Err(ebusy())
+            } else {
+                Ok("on\n".to_string())
+            }
+        });
+        assert_eq!(r.unwrap(), "on\n");
+        assert_eq!(calls, 3);
+
+        calls = 0;
+        let r: Result<(), _> = retry_busy(p, Duration::ZERO, || {
+            calls += 1;
+            Err(ebusy())
+        });
+        assert!(matches!(r, Err(Error::Busy { .. })), "{r:?}");
+        assert_eq!(calls, BUSY_ATTEMPTS);
+
+        calls = 0;
+        let r: Result<(), _> = retry_busy(p, Duration::ZERO, || {
+            calls += 1;
+            Err(io::Error::from_raw_os_error(2))
+        });
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::Io { .. }) && e.to_string().contains("kdamonds/0/state"));
+        assert_eq!(calls, 1);
     }
 }
