@@ -9,11 +9,9 @@
 //! delay and PID-activity filters of `task_numa_work`), so a newcomer's
 //! hot pages left on the lower tier after one pass wait for the next one
 //! while its share of DRAM is held by others (docs/NOTES.md "Promotion
-//! assist"). After `assist_after_ms` under target − band in which the
-//! pages promoted for it (by the kernel or tierd's recall) add up to less
-//! than what it still lacks — at that pace the kernel would not close the
-//! gap within another `assist_after_ms` — a container is *assisted*: the
-//! daemon watches its processes with DAMON and promotes its
+//! assist"). After `assist_after_ms` under target − band with no page
+//! promoted for it (by the kernel or tierd's recall), a container is
+//! *assisted*: the daemon watches its processes with DAMON and promotes its
 //! hot lower-tier regions itself, and the container claims room for the
 //! hot bytes DAMON found there ([`ContainerSnapshot::lower_hot_bytes`]).
 //! Under its target it stays assisted until DAMON, once warmed up, finds
@@ -35,9 +33,6 @@ pub(crate) struct Progress {
     pub id: ContainerId,
     /// Under target − band this cycle (with lower-tier bytes to promote).
     pub under: bool,
-    /// What it lacks of its target this cycle, bytes (at most its
-    /// lower-tier bytes); meaningful when `under`.
-    pub gap_bytes: u64,
     /// Within its band this cycle, with bytes on the lower tier.
     pub at_target: bool,
     /// Thrash damping engaged (its pages ping-pong).
@@ -50,16 +45,14 @@ pub(crate) struct Progress {
     /// Below this many hot lower-tier bytes an assisted container at its
     /// target is no longer assisted (a quarter of its band).
     pub swap_min_bytes: u64,
+    /// Fewer bytes promoted in a cycle are not progress (a sixteenth of its
+    /// band): a stalled NUMA-balancing scan still promotes a few pages a
+    /// second, which must not hold the assist off.
+    pub progress_min_bytes: u64,
 }
 
 /// Records one cycle; returns whether each container (in input order) is
-/// assisted. An under-target container is watched in windows of
-/// `after_ms`: at the end of a window in which less was promoted for it
-/// than it still lacks, it is assisted; otherwise a new window starts (a
-/// stalled NUMA-balancing scan still promotes a few pages a second, and a
-/// backed-off one a burst a minute: neither holds the assist off, while a
-/// kernel that closes the gap within a window does). `after_ms` 0 turns the
-/// assist off. An assisted container that
+/// assisted. `after_ms` 0 turns the assist off. An assisted container that
 /// reaches its target stays assisted (for the within-share swap) while
 /// DAMON finds at least `swap_min_bytes` hot on its lower tier and its
 /// pages do not ping-pong; over its target, or once that ends, its state is
@@ -85,7 +78,6 @@ pub(crate) fn observe(
             }
             let s = st.entry(c.id).or_insert(AssistState {
                 since_ms: now_ms,
-                promoted_bytes: 0,
                 assisted: false,
             });
             if s.assisted {
@@ -93,19 +85,12 @@ pub(crate) fn observe(
                     // Nothing hot down there: back off for another period.
                     s.assisted = false;
                     s.since_ms = now_ms;
-                    s.promoted_bytes = 0;
                 }
-            } else {
-                s.promoted_bytes = s.promoted_bytes.saturating_add(c.promoted_bytes);
-                if now_ms.saturating_sub(s.since_ms) >= after_ms {
-                    if s.promoted_bytes >= c.gap_bytes {
-                        // The kernel (or recall) keeps pace: another window.
-                        s.since_ms = now_ms;
-                        s.promoted_bytes = 0;
-                    } else {
-                        s.assisted = true;
-                    }
-                }
+            } else if c.promoted_bytes >= c.progress_min_bytes.max(1) {
+                // The kernel (or recall) is still bringing it up.
+                s.since_ms = now_ms;
+            } else if now_ms.saturating_sub(s.since_ms) >= after_ms {
+                s.assisted = true;
             }
             s.assisted
         })

@@ -177,10 +177,9 @@ pub struct PolicyParams {
     /// How long no container may be under its target (and none arrive or
     /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
     pub steady_ms: u64,
-    /// With the kernel's promotion: the window, in ms, at the end of which a
-    /// container under its target − band for which less was promoted than
-    /// it still lacks is promoted for by tierd
-    /// ([`ContainerPlan::assisted`]); 0 turns the assist off.
+    /// With the kernel's promotion: how long a container may stay under its
+    /// target − band with nothing promoted for it before tierd promotes for
+    /// it ([`ContainerPlan::assisted`]), in ms; 0 turns the assist off.
     /// Ignored when tierd promotes.
     pub assist_after_ms: u64,
 }
@@ -300,10 +299,9 @@ pub struct ContainerPlan {
     pub damping_level: u32,
     /// Ping-pong estimate over the thrash window, bytes/s.
     pub pingpong_bytes_per_s: u64,
-    /// Promotion assist (`assist.rs`): under its target − band for
-    /// [`PolicyParams::assist_after_ms`] in which less was promoted for it
-    /// than it still lacks, while the kernel promotes; the daemon watches
-    /// its processes with DAMON and
+    /// Promotion assist (`assist.rs`): under its target − band with nothing
+    /// promoted for it for [`PolicyParams::assist_after_ms`] while the
+    /// kernel promotes; the daemon watches its processes with DAMON and
     /// promotes its hot lower-tier regions within `promote_bytes`. It stays
     /// assisted at its target while DAMON still finds hot bytes on its
     /// lower tier (see `swap_bytes`).
@@ -384,12 +382,9 @@ pub struct PolicyState {
 /// Promotion-assist state of one under-target container.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssistState {
-    /// Start of its current window (policy clock): when it went under its
-    /// target, when the last window ended with the kernel keeping pace, or
-    /// when its last assist found nothing hot on the lower tier.
+    /// Since when (policy clock) nothing was promoted for it, or since its
+    /// last assist found nothing hot on the lower tier.
     pub since_ms: u64,
-    /// Bytes promoted for it (kernel and tierd) since `since_ms`.
-    pub promoted_bytes: u64,
     pub assisted: bool,
 }
 

@@ -211,15 +211,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 crate::assist::Progress {
                     id: c.id,
                     under: p.state == PlacementState::UnderTarget,
-                    gap_bytes: p
-                        .target_bytes
-                        .saturating_sub(c.fast_bytes)
-                        .min(c.slow_bytes),
                     at_target: p.state == PlacementState::AtTarget && c.slow_bytes > 0,
                     damped: p.damping_level > 0,
                     promoted_bytes: c.migrations.promoted_bytes,
                     lower_hot_bytes: c.lower_hot_bytes,
                     swap_min_bytes: band / 4,
+                    progress_min_bytes: band / 16,
                 }
             })
             .collect();

@@ -316,8 +316,8 @@ pub struct DaemonConfig {
     /// ([`crate::controller`], `recall.rs`). Needs the probe.
     pub recall: bool,
     /// Promotion assist (`promotion = "kernel"`): a container under its
-    /// target − band for this long, in which less was promoted for it (by
-    /// the kernel or recall) than it still lacks, is watched by DAMON, and tierd promotes its hot
+    /// target − band with nothing promoted for it (by the kernel or recall)
+    /// for this long is watched by DAMON, and tierd promotes its hot
     /// lower-tier regions with `move_pages(2)` into free fast-tier memory
     /// above `headroom`; at its band it swaps its own oldest fast-tier
     /// pages for hot lower-tier regions while a quarter band of them is

@@ -57,7 +57,7 @@ impl Controller {
                 (false, true) => tracing::info!(
                     container = %m.path,
                     after = ?self.cfg.daemon.assist_after,
-                    "under its target, and the kernel promoted less for it than it lacks: tierd promotes its hot lower-tier regions (DAMON watches it)"
+                    "under its target with nothing promoted for it: tierd promotes its hot lower-tier regions (DAMON watches it)"
                 ),
                 (true, false) => {
                     tracing::info!(container = %m.path, "promotion assist ended")
