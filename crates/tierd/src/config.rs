@@ -411,10 +411,15 @@ pub struct HotnessConfig {
     /// Where tierd records which kdamonds it created (to adopt them after a
     /// restart and never touch anyone else's).
     pub state_file: PathBuf,
-    /// DAMON sampling interval (access check per region).
+    /// DAMON sampling interval (access check per region). Default 20 ms,
+    /// four times DAMON's own 5 ms: a page touched ten times a second is
+    /// seen accessed in a fifth of 20 ms windows but a twentieth of 5 ms
+    /// ones, and the kdamond's page-table walks cost a quarter
+    /// (docs/NOTES.md "DAMON at 20 ms samples").
     #[serde(deserialize_with = "de_duration")]
     pub sample_interval: Duration,
-    /// DAMON aggregation interval (nr_accesses window).
+    /// DAMON aggregation interval (nr_accesses window): 20 samples by
+    /// default, so `hot_min_accesses` keeps its meaning.
     #[serde(deserialize_with = "de_duration")]
     pub aggr_interval: Duration,
     /// DAMON operations update interval: how soon new mappings are monitored.
@@ -469,8 +474,8 @@ impl Default for HotnessConfig {
             assisted_only: false,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
-            sample_interval: Duration::from_millis(5),
-            aggr_interval: Duration::from_millis(100),
+            sample_interval: Duration::from_millis(20),
+            aggr_interval: Duration::from_millis(400),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
             max_regions: 1000,
