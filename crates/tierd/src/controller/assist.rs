@@ -107,48 +107,70 @@ impl Controller {
     /// the headroom by. Returns true while an assisted container is still
     /// being watched or moved (the cycle is not quiet).
     pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan) -> bool {
-        let todo: Vec<(&Managed, u64)> = managed
+        let todo: Vec<(u64, u64)> = plan
+            .containers
             .iter()
-            .filter_map(|m| {
-                plan.get(m.id)
-                    .filter(|p| p.assisted && p.promote_bytes > 0)
-                    .map(|p| (m, p.promote_bytes))
-            })
+            .filter(|p| p.assisted && p.promote_bytes > 0)
+            .map(|p| (p.id, p.promote_bytes))
             .collect();
         if todo.is_empty() || self.hot.pages.is_none() {
             return false;
         }
-        // After recall's moves: free memory is read again.
-        let Some((dest, lower, mut room)) = self.promotion_room("the promotion assist") else {
-            return false;
-        };
+        // Hot regions only (cold_age 0): the assist promotes what DAMON saw
+        // accessed, never the recently idle; and nothing before DAMON has
+        // watched the container for `cold_min_age`.
         let warm_up = self.cfg.daemon.cold_min_age;
+        self.promote_regions(managed, &todo, 0, warm_up, "the promotion assist", "assist");
+        true
+    }
+
+    /// Moves up to `want` bytes (per container, in `todo`'s order) of each
+    /// container's DAMON regions that have pages on the lower tier to the
+    /// fast node with the most free memory, with `move_pages(2)`: regions
+    /// hot or idle for at most `max_age` aggregations, hottest first
+    /// (`hotness::pages::PageMover::promote`). All of them share the room
+    /// read now, after this cycle's demotion: free fast-tier bytes above
+    /// the headroom, so a promotion never pushes the fast node into its
+    /// watermarks (docs/NOTES.md "The guarantee's promotion needs DAMON").
+    /// A container DAMON has watched for less than `warm_up`, or not at all,
+    /// is skipped. `what` names the caller in a log line when free memory
+    /// cannot be read; `mechanism` labels the moved bytes
+    /// (`tierd_container_migrated_bytes_total`).
+    pub(super) fn promote_regions(
+        &mut self,
+        managed: &[Managed],
+        todo: &[(u64, u64)],
+        max_age: u32,
+        warm_up: Duration,
+        what: &str,
+        mechanism: &'static str,
+    ) {
+        let Some((dest, lower, mut room)) = self.promotion_room(what) else {
+            return;
+        };
         let mut results = Vec::new();
         let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
-            return false;
+            return;
         };
-        for (m, budget) in todo {
-            let Some(r) = readings.get(&m.id).filter(|r| r.monitored_for >= warm_up) else {
+        for &(c, want) in todo {
+            let Some(r) = readings.get(&c).filter(|r| r.monitored_for >= warm_up) else {
                 continue;
             };
-            let budget = budget.min(room);
+            let budget = want.min(room);
             if budget == 0 {
                 break;
             }
-            // Hot regions only (cold_age 0): the assist promotes what DAMON
-            // saw accessed, never the recently idle; and only regions whose
-            // sampled pages are partly on the lower tier, so that the node
-            // queries (a few µs a page under emulation) are not spent on a
-            // hot set already on DRAM.
+            // Only regions whose sampled pages are partly on the lower
+            // tier: the node queries (a few µs a page under emulation) are
+            // not spent on pages already on DRAM.
             let procs = with_lower_pages(&r.procs, &lower);
-            let mv = pm.promote(m.id, &procs, 0, &lower, dest, budget);
+            let mv = pm.promote(c, &procs, max_age, &lower, dest, budget);
             room = room.saturating_sub(mv.bytes);
-            results.push((m.id, mv));
+            results.push((c, mv));
         }
         for (c, mv) in results {
-            self.record_move(managed, c, Direction::Promote, "assist", &mv);
+            self.record_move(managed, c, Direction::Promote, mechanism, &mv);
         }
-        true
     }
 }
 

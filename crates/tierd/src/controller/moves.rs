@@ -227,28 +227,14 @@ impl Controller {
         if todo.is_empty() || self.hot.pages.is_none() {
             return;
         }
-        let Some((dest, lower, mut room)) = self.promotion_room("a guarantee's promotion") else {
-            return;
-        };
-        let mut results = Vec::new();
-        let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
-            return;
-        };
-        for (c, want) in todo {
-            let Some(r) = readings.get(&c) else {
-                continue;
-            };
-            let budget = want.min(room);
-            if budget == 0 {
-                break;
-            }
-            let mv = pm.promote(c, &r.procs, u32::MAX, &lower, dest, budget);
-            room = room.saturating_sub(mv.bytes);
-            results.push((c, mv));
-        }
-        for (c, mv) in results {
-            self.record_move(managed, c, Direction::Promote, "move_pages", &mv);
-        }
+        self.promote_regions(
+            managed,
+            &todo,
+            u32::MAX,
+            Duration::ZERO,
+            "a guarantee's promotion",
+            "move_pages",
+        );
     }
 
     /// Counts one mover result in metrics, /status and the thrash input.
