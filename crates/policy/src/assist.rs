@@ -19,14 +19,25 @@
 //! lower-tier pages are cold, and watching them costs a kdamond for
 //! nothing). At its target it stays assisted for the within-share swap
 //! ([`crate::ContainerPlan::swap_bytes`]) while DAMON finds at least a
-//! quarter of its band hot on its lower tier and its pages do not
-//! ping-pong; over its target the assist ends.
+//! quarter of its band hot on its lower tier, its pages do not ping-pong
+//! and the swap moves at least that much every few cycles
+//! ([`SWAP_IDLE_CYCLES`]: regions DAMON calls hot but whose lower-tier pages
+//! the mover does not find are not worth a kdamond); over its target the
+//! assist ends.
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
 use std::collections::BTreeMap;
 
 use crate::model::{AssistState, ContainerId};
+
+/// At its target, an assisted container stays assisted for the
+/// within-share swap only while it is promoted at least a quarter of its
+/// band (`Progress::swap_min_bytes`) in one of this many consecutive
+/// cycles. A logged cold-hog run (docs/NOTES.md "DAMON at 20 ms samples")
+/// kept its kdamond for 18 s after the newcomer's hot set was on DRAM,
+/// swapping under 1 MiB a cycle.
+pub const SWAP_IDLE_CYCLES: u32 = 3;
 
 /// One container's input to [`observe`].
 pub(crate) struct Progress {
@@ -70,16 +81,28 @@ pub(crate) fn observe(
                 return false;
             }
             if !c.under {
-                let swapping = c.at_target
-                    && !c.damped
-                    && st.get(&c.id).is_some_and(|s| s.assisted)
-                    && c.lower_hot_bytes.is_none_or(|h| h >= c.swap_min_bytes);
-                return swapping;
+                let Some(s) = st.get_mut(&c.id).filter(|s| s.assisted) else {
+                    return false;
+                };
+                if !c.at_target
+                    || c.damped
+                    || c.lower_hot_bytes.is_some_and(|h| h < c.swap_min_bytes)
+                {
+                    return false;
+                }
+                if c.promoted_bytes >= c.swap_min_bytes.max(1) {
+                    s.idle_swaps = 0;
+                } else {
+                    s.idle_swaps += 1;
+                }
+                return s.idle_swaps < SWAP_IDLE_CYCLES;
             }
             let s = st.entry(c.id).or_insert(AssistState {
                 since_ms: now_ms,
                 assisted: false,
+                idle_swaps: 0,
             });
+            s.idle_swaps = 0;
             if s.assisted {
                 if c.lower_hot_bytes == Some(0) {
                     // Nothing hot down there: back off for another period.

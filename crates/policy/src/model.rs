@@ -386,6 +386,10 @@ pub struct AssistState {
     /// last assist found nothing hot on the lower tier.
     pub since_ms: u64,
     pub assisted: bool,
+    /// Consecutive cycles at its target in which less than a quarter of its
+    /// band was promoted for it: the within-share swap ends after
+    /// `assist::SWAP_IDLE_CYCLES` of them.
+    pub idle_swaps: u32,
 }
 
 /// Steady-state detector state (see [`Plan::steady`]).

@@ -1309,6 +1309,33 @@ fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_
 }
 
 #[test]
+fn the_within_share_swap_ends_after_cycles_that_move_little() {
+    let (p, _) = assist_case();
+    let (mut s, mut st) = swap_case(&p);
+    // DAMON keeps calling 8 MiB of its lower tier hot (a quarter band is
+    // 4 MiB). While a cycle in every SWAP_IDLE_CYCLES promotes at least
+    // that much, the swap goes on.
+    for cycle in 0..12u32 {
+        s.containers[1].migrations.promoted_bytes = if cycle % 3 == 2 { 4 * MIB } else { MIB };
+        let n = solve(&s, &p, &mut st).get(2).unwrap().clone();
+        assert!(n.assisted && n.swap_bytes > 0, "cycle {cycle}");
+    }
+    // Then three cycles in a row under a quarter band: the third ends it
+    // and the state is forgotten.
+    s.containers[1].migrations.promoted_bytes = MIB;
+    for cycle in 0..2 {
+        assert!(
+            solve(&s, &p, &mut st).get(2).unwrap().assisted,
+            "idle cycle {cycle}"
+        );
+    }
+    let n = solve(&s, &p, &mut st).get(2).unwrap().clone();
+    assert!(!n.assisted);
+    assert_eq!((n.swap_bytes, n.promote_bytes), (0, 0));
+    assert!(st.assist.is_empty());
+}
+
+#[test]
 fn the_within_share_swap_is_bounded_by_both_token_buckets() {
     let (p, _) = assist_case();
     // 4 MiB/s of demotion and 100 MiB/s of promotion, 1 s bursts: the

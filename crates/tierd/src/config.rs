@@ -427,7 +427,17 @@ pub struct HotnessConfig {
     /// seen within a cycle.
     #[serde(deserialize_with = "de_duration")]
     pub update_interval: Duration,
+    /// DAMON's lower bound on regions per kdamond context.
     pub min_regions: u64,
+    /// DAMON's upper bound on regions per kdamond context, shared by all
+    /// monitored processes. Default 200 (DAMON's own is 1000): with the
+    /// shipped defaults DAMON watches only the one or two containers under
+    /// promotion assist or lacking their guarantee, whose hot ranges 200
+    /// regions resolve; the kdamond's checks and tierd's tried-regions
+    /// reads (four sysfs files a region) grow with it: at 1000 the
+    /// kdamond took ~18 % of a core during cold-hog's assist, at 200 ~5 %
+    /// (docs/NOTES.md "DAMON at 20 ms samples"). Raise it with
+    /// `source = "damon"` and many containers.
     pub max_regions: u64,
     /// A region is hot when DAMON saw it accessed in at least this many
     /// samples of the last aggregation interval (default 2 of 20: one is
@@ -478,7 +488,7 @@ impl Default for HotnessConfig {
             aggr_interval: Duration::from_millis(400),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
-            max_regions: 1000,
+            max_regions: 200,
             hot_min_accesses: hotness::heat::DEFAULT_HOT_MIN_NR_ACCESSES,
             max_processes: 64,
             node_samples: 16384,

@@ -128,8 +128,10 @@ impl Controller {
         self.metrics.lru_gen_agings.inc_by(agings.count);
         self.lap_split(phase, "reclaim", "age", agings.time);
         // Into the room the demotion made: the guarantees first (a hard
-        // promise), then the pages the kernel wanted, then the assist.
+        // promise), then tierd's own promotion (`promotion = "tierd"`), the
+        // pages the kernel wanted, and the assist.
         self.promote_guarantees(managed, plan);
+        self.promote_regulated(managed, plan);
         let recalling = self.recall(managed, snapshot, plan);
         let assisting = self.assist(managed, plan);
         self.lap(phase, "recall");

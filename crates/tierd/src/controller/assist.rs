@@ -107,11 +107,11 @@ impl Controller {
     /// the headroom by. Returns true while an assisted container is still
     /// being watched or moved (the cycle is not quiet).
     pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan) -> bool {
-        let todo: Vec<(u64, u64)> = plan
+        let todo: Vec<(u64, u64, u32)> = plan
             .containers
             .iter()
             .filter(|p| p.assisted && p.promote_bytes > 0)
-            .map(|p| (p.id, p.promote_bytes))
+            .map(|p| (p.id, p.promote_bytes, 0))
             .collect();
         if todo.is_empty() || self.hot.pages.is_none() {
             return false;
@@ -120,14 +120,15 @@ impl Controller {
         // accessed, never the recently idle; and nothing before DAMON has
         // watched the container for `cold_min_age`.
         let warm_up = self.cfg.daemon.cold_min_age;
-        self.promote_regions(managed, &todo, 0, warm_up, "the promotion assist", "assist");
+        self.promote_regions(managed, &todo, warm_up, "the promotion assist", "assist");
         true
     }
 
-    /// Moves up to `want` bytes (per container, in `todo`'s order) of each
-    /// container's DAMON regions that have pages on the lower tier to the
-    /// fast node with the most free memory, with `move_pages(2)`: regions
-    /// hot or idle for at most `max_age` aggregations, hottest first
+    /// Moves up to `want` bytes of each `(container, want, max_age)` of
+    /// `todo`, in its order, from the container's DAMON regions that have
+    /// pages on the lower tier to the fast node with the most free memory,
+    /// with `move_pages(2)`: regions hot or idle for at most `max_age`
+    /// aggregations, hottest first
     /// (`hotness::pages::PageMover::promote`). All of them share the room
     /// read now, after this cycle's demotion: free fast-tier bytes above
     /// the headroom, so a promotion never pushes the fast node into its
@@ -139,8 +140,7 @@ impl Controller {
     pub(super) fn promote_regions(
         &mut self,
         managed: &[Managed],
-        todo: &[(u64, u64)],
-        max_age: u32,
+        todo: &[(u64, u64, u32)],
         warm_up: Duration,
         what: &str,
         mechanism: &'static str,
@@ -152,7 +152,7 @@ impl Controller {
         let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
             return;
         };
-        for &(c, want) in todo {
+        for &(c, want, max_age) in todo {
             let Some(r) = readings.get(&c).filter(|r| r.monitored_for >= warm_up) else {
                 continue;
             };

@@ -38,9 +38,12 @@ impl ColdStall {
 }
 
 impl Controller {
-    /// Promotion by tierd (`promotion = "tierd"`) and cold-first demotion
-    /// (`cold_demotion`) through the configured mover. Returns, per
-    /// container, the demotion already done (memory.reclaim does the rest).
+    /// Cold-first demotion (`cold_demotion`) through the configured mover,
+    /// and with the DAMOS mover also promotion by tierd (`promotion =
+    /// "tierd"`: DAMOS applies its quotas during the coming interval; the
+    /// `move_pages` mover promotes after the demotion,
+    /// [`Self::promote_regulated`]). Returns, per container, the demotion
+    /// already done (memory.reclaim does the rest).
     pub(super) fn regulated_moves(
         &mut self,
         managed: &[Managed],
@@ -56,14 +59,10 @@ impl Controller {
         if !promote && !cold {
             return done_down;
         }
-        let (Some(fast_dest), Some(lower_dest)) = (
-            self.topo.most_free(&self.topo.fast_nodes()),
-            self.topo.most_free(&self.topo.lower_nodes()),
-        ) else {
+        let Some(lower_dest) = self.topo.most_free(&self.topo.lower_nodes()) else {
             return done_down;
         };
         let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
-        let lower: Vec<u32> = self.topo.lower_nodes().iter().copied().collect();
         let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
         let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
         let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
@@ -85,18 +84,6 @@ impl Controller {
                 let (Some(p), Some(r)) = (plan.get(m.id), self.hot.readings.get(&m.id)) else {
                     continue;
                 };
-                if promote && p.promote_bytes > 0 {
-                    // Recently idle regions count as worth promoting only once DAMON
-                    // has watched long enough to tell them from cold ones.
-                    let idle_ok = if r.monitored_for >= d.cold_min_age {
-                        base_age
-                    } else {
-                        0
-                    };
-                    let mv =
-                        pm.promote(m.id, &r.procs, idle_ok, &lower, fast_dest, p.promote_bytes);
-                    results.push((m.id, Direction::Promote, "move_pages", mv));
-                }
                 if cold && p.state == PlacementState::OverTarget && p.demote_bytes > 0 {
                     let min_age = base_age.saturating_mul(1 << p.damping_level.min(16));
                     // No region can have been idle for cold_min_age yet: wait
@@ -217,12 +204,54 @@ impl Controller {
     /// "The guarantee's promotion needs DAMON"). Needs the `move_pages`
     /// mover and DAMON's regions of the container (sample.rs watches owed
     /// containers); otherwise the kernel's promotion alone fills it.
+    /// Promotion by tierd (`promotion = "tierd"`) with the `move_pages`
+    /// mover: each container's `promote_bytes` of its hot DAMON regions
+    /// (and, once DAMON has watched it for `cold_min_age`, regions idle for
+    /// at most that long), after this cycle's demotion and bounded by the
+    /// room above the headroom, as the guarantee's promotion and the assist
+    /// are: promoted before the demotion and past the headroom, it could
+    /// take the fast node to its min watermark while every memcg is
+    /// protected, and a cpuset-bound `opt_out` allocation then has nowhere
+    /// to go (docs/NOTES.md "The guarantee's promotion needs DAMON").
+    pub(super) fn promote_regulated(&mut self, managed: &[Managed], plan: &Plan) {
+        let d = &self.cfg.daemon;
+        if d.promotion != PromotionMode::Tierd || self.hot.pages.is_none() {
+            return;
+        }
+        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
+        let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
+        let todo: Vec<(u64, u64, u32)> = managed
+            .iter()
+            .filter_map(|m| {
+                let p = plan.get(m.id).filter(|p| p.promote_bytes > 0)?;
+                let r = self.hot.readings.get(&m.id)?;
+                // Recently idle regions count as worth promoting only once
+                // DAMON has watched long enough to tell them from cold ones.
+                let max_age = if r.monitored_for >= d.cold_min_age {
+                    base_age
+                } else {
+                    0
+                };
+                Some((m.id, p.promote_bytes, max_age))
+            })
+            .collect();
+        if !todo.is_empty() {
+            self.promote_regions(
+                managed,
+                &todo,
+                Duration::ZERO,
+                "tierd's promotion",
+                "move_pages",
+            );
+        }
+    }
+
     pub(super) fn promote_guarantees(&mut self, managed: &[Managed], plan: &Plan) {
-        let todo: Vec<(u64, u64)> = plan
+        let todo: Vec<(u64, u64, u32)> = plan
             .containers
             .iter()
             .filter(|p| p.guarantee_promote_bytes > 0)
-            .map(|p| (p.id, p.guarantee_promote_bytes))
+            .map(|p| (p.id, p.guarantee_promote_bytes, u32::MAX))
             .collect();
         if todo.is_empty() || self.hot.pages.is_none() {
             return;
@@ -230,7 +259,6 @@ impl Controller {
         self.promote_regions(
             managed,
             &todo,
-            u32::MAX,
             Duration::ZERO,
             "a guarantee's promotion",
             "move_pages",
