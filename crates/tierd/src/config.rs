@@ -411,15 +411,13 @@ pub struct HotnessConfig {
     /// Where tierd records which kdamonds it created (to adopt them after a
     /// restart and never touch anyone else's).
     pub state_file: PathBuf,
-    /// DAMON sampling interval (access check per region). Default 20 ms,
-    /// four times DAMON's own 5 ms: a page touched ten times a second is
-    /// seen accessed in a fifth of 20 ms windows but a twentieth of 5 ms
-    /// ones, and the kdamond's page-table walks cost a quarter
-    /// (docs/NOTES.md "DAMON at 20 ms samples").
+    /// DAMON sampling interval (access check per region). Default 5 ms
+    /// (DAMON's): 20 ms cut the assist's kdamond cost but starved the DAMOS
+    /// mover's cold demotion (docs/NOTES.md "DAMON at 20 ms samples").
     #[serde(deserialize_with = "de_duration")]
     pub sample_interval: Duration,
     /// DAMON aggregation interval (nr_accesses window): 20 samples by
-    /// default, so `hot_min_accesses` keeps its meaning.
+    /// default.
     #[serde(deserialize_with = "de_duration")]
     pub aggr_interval: Duration,
     /// DAMON operations update interval: how soon new mappings are monitored.
@@ -430,14 +428,7 @@ pub struct HotnessConfig {
     /// DAMON's lower bound on regions per kdamond context.
     pub min_regions: u64,
     /// DAMON's upper bound on regions per kdamond context, shared by all
-    /// monitored processes. Default 200 (DAMON's own is 1000): with the
-    /// shipped defaults DAMON watches only the one or two containers under
-    /// promotion assist or lacking their guarantee, whose hot ranges 200
-    /// regions resolve; the kdamond's checks and tierd's tried-regions
-    /// reads (four sysfs files a region) grow with it: at 1000 the
-    /// kdamond took ~18 % of a core during cold-hog's assist, at 200 ~5 %
-    /// (docs/NOTES.md "DAMON at 20 ms samples"). Raise it with
-    /// `source = "damon"` and many containers.
+    /// monitored processes (default 1000, DAMON's).
     pub max_regions: u64,
     /// A region is hot when DAMON saw it accessed in at least this many
     /// samples of the last aggregation interval (default 2 of 20: one is
@@ -484,11 +475,11 @@ impl Default for HotnessConfig {
             assisted_only: false,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
-            sample_interval: Duration::from_millis(20),
-            aggr_interval: Duration::from_millis(400),
+            sample_interval: Duration::from_millis(5),
+            aggr_interval: Duration::from_millis(100),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
-            max_regions: 200,
+            max_regions: 1000,
             hot_min_accesses: hotness::heat::DEFAULT_HOT_MIN_NR_ACCESSES,
             max_processes: 64,
             node_samples: 16384,
