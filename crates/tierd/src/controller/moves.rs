@@ -38,6 +38,15 @@ impl ColdStall {
 }
 
 impl Controller {
+    /// `daemon.cold_min_age` in DAMON aggregation intervals (at least 1):
+    /// the region age (DAMON counts it in aggregations) from which a region
+    /// is idle enough for cold-first demotion, and up to which an idle
+    /// region still counts for tierd's promotion.
+    fn cold_min_age_aggrs(&self) -> u32 {
+        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
+        (self.cfg.daemon.cold_min_age.as_micros() / aggr_us).max(1) as u32
+    }
+
     /// Cold-first demotion (`cold_demotion`) through the configured mover,
     /// and with the DAMOS mover also promotion by tierd (`promotion =
     /// "tierd"`: DAMOS applies its quotas during the coming interval; the
@@ -63,8 +72,7 @@ impl Controller {
             return done_down;
         };
         let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
-        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
-        let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
+        let base_age = self.cold_min_age_aggrs();
         let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
         let now = Instant::now();
         let stall_grace = d.cold_min_age.max(3 * d.interval);
@@ -193,17 +201,6 @@ impl Controller {
 }
 
 impl Controller {
-    /// Promotes what each `local_low` guarantee lacks on the fast tier
-    /// (`ContainerPlan::guarantee_promote_bytes`, bytes) through
-    /// `move_pages(2)`, whatever the pages' heat (hottest DAMON regions
-    /// first, then the most recently used), into the room this cycle's
-    /// demotion made: at most what free fast-tier memory exceeds the
-    /// headroom by. Promoting past that room drove the fast node to its
-    /// min watermark with every memcg protected, and the kernel then
-    /// OOM-killed a tenant for a cpuset-pinned allocation (docs/NOTES.md
-    /// "The guarantee's promotion needs DAMON"). Needs the `move_pages`
-    /// mover and DAMON's regions of the container (sample.rs watches owed
-    /// containers); otherwise the kernel's promotion alone fills it.
     /// Promotion by tierd (`promotion = "tierd"`) with the `move_pages`
     /// mover: each container's `promote_bytes` of its hot DAMON regions
     /// (and, once DAMON has watched it for `cold_min_age`, regions idle for
@@ -218,8 +215,7 @@ impl Controller {
         if d.promotion != PromotionMode::Tierd || self.hot.pages.is_none() {
             return;
         }
-        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
-        let base_age = (d.cold_min_age.as_micros() / aggr_us).max(1) as u32;
+        let base_age = self.cold_min_age_aggrs();
         let todo: Vec<(u64, u64, u32)> = managed
             .iter()
             .filter_map(|m| {
@@ -246,6 +242,17 @@ impl Controller {
         }
     }
 
+    /// Promotes what each `local_low` guarantee lacks on the fast tier
+    /// (`ContainerPlan::guarantee_promote_bytes`, bytes) through
+    /// `move_pages(2)`, whatever the pages' heat (hottest DAMON regions
+    /// first, then the most recently used), into the room this cycle's
+    /// demotion made: at most what free fast-tier memory exceeds the
+    /// headroom by. Promoting past that room drove the fast node to its
+    /// min watermark with every memcg protected, and the kernel then
+    /// OOM-killed a tenant for a cpuset-pinned allocation (docs/NOTES.md
+    /// "The guarantee's promotion needs DAMON"). Needs the `move_pages`
+    /// mover and DAMON's regions of the container (sample.rs watches owed
+    /// containers); otherwise the kernel's promotion alone fills it.
     pub(super) fn promote_guarantees(&mut self, managed: &[Managed], plan: &Plan) {
         let todo: Vec<(u64, u64, u32)> = plan
             .containers
