@@ -381,6 +381,13 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
     let settled = plans.iter().all(|p| p.state != PlacementState::UnderTarget);
     let steady = crate::steady::observe(&mut state.steady, now_ms, &ids, settled, params.steady_ms);
+    let under: Vec<ContainerId> = plans
+        .iter()
+        .filter(|p| p.state == PlacementState::UnderTarget)
+        .map(|p| p.id)
+        .collect();
+    let scan_paced =
+        crate::steady::pace_scan(&mut state.steady, now_ms, &under, params.scan_pace_ms);
 
     Plan {
         pool_bytes,
@@ -388,6 +395,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         need_bytes,
         containers: plans,
         steady,
+        scan_paced,
     }
 }
 

@@ -48,6 +48,26 @@ pub(crate) fn observe(
     now_ms.saturating_sub(since) >= steady_ms
 }
 
+/// Records which containers are under their target − band this cycle
+/// (`under`, any order) and says whether one of them fell under it less
+/// than `pace_ms` ago. A container's clock starts the first cycle it is
+/// under and is dropped the first cycle it is not (or is gone), so falling
+/// under again later paces again. `pace_ms` 0: never.
+pub(crate) fn pace_scan(
+    st: &mut SteadyState,
+    now_ms: u64,
+    under: &[ContainerId],
+    pace_ms: u64,
+) -> bool {
+    st.under_since_ms.retain(|id, _| under.contains(id));
+    let mut paced = false;
+    for &id in under {
+        let since = *st.under_since_ms.entry(id).or_insert(now_ms);
+        paced |= now_ms.saturating_sub(since) < pace_ms;
+    }
+    paced
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +98,26 @@ mod tests {
         assert!(observe(&mut st, 36_000, &[1, 2, 3], true, 10_000));
         assert!(!observe(&mut st, 38_000, &[1, 3], true, 10_000));
         assert!(observe(&mut st, 48_000, &[1, 3], true, 10_000));
+    }
+
+    #[test]
+    fn the_scan_is_paced_for_a_while_after_each_fall_under_target() {
+        let mut st = SteadyState::default();
+        assert!(!pace_scan(&mut st, 0, &[], 30_000));
+        assert!(pace_scan(&mut st, 1_000, &[1], 30_000));
+        assert!(pace_scan(&mut st, 30_999, &[1], 30_000));
+        // Still under after the window (a cold lower tier): not paced.
+        assert!(!pace_scan(&mut st, 31_000, &[1], 30_000));
+        // A newcomer has a window of its own.
+        assert!(pace_scan(&mut st, 40_000, &[1, 2], 30_000));
+        assert!(!pace_scan(&mut st, 70_000, &[2, 1], 30_000));
+        // 1 reaches its target, then falls under again: a new window.
+        assert!(!pace_scan(&mut st, 72_000, &[2], 30_000));
+        assert!(pace_scan(&mut st, 74_000, &[2, 1], 30_000));
+        assert_eq!(st.under_since_ms.len(), 2);
+        assert!(!pace_scan(&mut st, 75_000, &[], 30_000));
+        assert!(st.under_since_ms.is_empty(), "forgotten when not under");
+        assert!(!pace_scan(&mut st, 76_000, &[3], 0), "0: never");
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn params() -> PolicyParams {
         need_window_ms: 10_000,
         tierd_promotes: false,
         steady_ms: 10_000,
+        scan_pace_ms: 30_000,
         assist_after_ms: 0,
     }
 }
@@ -974,6 +975,7 @@ fn claim_case(b: ContainerSnapshot) -> (PolicyParams, PolicyState, Snapshot) {
         need_window_ms: 10_000,
         tierd_promotes: false,
         steady_ms: 10_000,
+        scan_pace_ms: 30_000,
         ..params()
     };
     let s = snap(1024 * MIB, vec![c(1, 612 * MIB, 88 * MIB), b]);

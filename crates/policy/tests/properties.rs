@@ -104,6 +104,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 need_window_ms: 10_000,
                 tierd_promotes,
                 steady_ms: 10_000,
+                scan_pace_ms: 30_000,
                 assist_after_ms,
             },
         )

@@ -528,7 +528,28 @@ pub struct LimitsConfig {
     /// steady.
     #[serde(deserialize_with = "de_duration")]
     pub steady_after: Duration,
+    /// With `promotion = "kernel"`: the longest NUMA-balancing scan period
+    /// (debugfs `sched/numa_balancing/scan_period_max_ms`) while a container
+    /// has lately fallen under its target ([`policy::Plan::scan_paced`]), so
+    /// its lower-tier pages keep getting hint faults and the kernel keeps
+    /// promoting them;
+    /// the kernel's own value (60 s) is written back once no container
+    /// has fallen under its target within `promote_scan_window` and at
+    /// exit. 0: tierd never changes it. docs/NOTES.md "NUMA balancing's
+    /// scan period".
+    #[serde(deserialize_with = "de_duration")]
+    pub promote_scan_period: Duration,
+    /// For how long after a container falls under its target − band the
+    /// scan period is held at `promote_scan_period` (while it stays under).
+    /// Longer, and a container whose lower tier is cold (a skewed tenant's
+    /// tail) would pay for scans that find nothing to promote; 0: never.
+    #[serde(deserialize_with = "de_duration")]
+    pub promote_scan_window: Duration,
 }
+
+/// Default of `limits.promote_scan_period` (docs/NOTES.md "NUMA balancing's
+/// scan period").
+pub const PROMOTE_SCAN_PERIOD: Duration = Duration::from_secs(2);
 
 impl Default for LimitsConfig {
     fn default() -> Self {
@@ -546,6 +567,8 @@ impl Default for LimitsConfig {
             thrash_settle: Duration::from_millis(p.thrash.settle_ms),
             steady_promote_rate: Bytes(STEADY_PROMOTE_RATE),
             steady_after: Duration::from_millis(p.steady_ms),
+            promote_scan_period: PROMOTE_SCAN_PERIOD,
+            promote_scan_window: Duration::from_millis(p.scan_pace_ms),
         }
     }
 }
@@ -867,6 +890,15 @@ impl Config {
                 ),
             ));
         }
+        let scan = l.promote_scan_period;
+        if !scan.is_zero() && scan < Duration::from_millis(100) {
+            return Err(bad(
+                "limits.promote_scan_period",
+                format!(
+                    "{scan:?} would have NUMA balancing rescan every task's memory nearly all the time; set 0 (tierd leaves the kernel's scan period alone) or at least 100ms"
+                ),
+            ));
+        }
         let mut matchers = Vec::new();
         for (i, p) in raw.policy.iter().enumerate() {
             let key = |k: &str| format!("policy[{i}].{k}");
@@ -990,6 +1022,14 @@ impl Config {
             need_window_ms: 10_000,
             tierd_promotes: self.daemon.promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
+            // The scan period is the kernel's to change only with its promotion.
+            scan_pace_ms: if self.daemon.promotion == PromotionMode::Kernel
+                && !l.promote_scan_period.is_zero()
+            {
+                l.promote_scan_window.as_millis() as u64
+            } else {
+                0
+            },
             // Assisting needs DAMON's regions and the move_pages mover.
             assist_after_ms: if self.hotness.source == HotnessSource::Damon
                 && self.daemon.mover == MoverKind::MovePages
@@ -1263,6 +1303,10 @@ mod tests {
             ),
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
+            (
+                "[limits]\npromote_scan_period = \"10ms\"\n",
+                "limits.promote_scan_period",
+            ),
             (
                 "[daemon]\npromotion = \"tierd\"\n[hotness]\nsource = \"off\"\n",
                 "daemon.promotion",

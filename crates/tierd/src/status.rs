@@ -33,6 +33,10 @@ pub struct Status {
     /// `limits.steady_promote_rate`); absent in older tierd's /status.
     #[serde(default)]
     pub kernel_promotion_limited: bool,
+    /// NUMA balancing's longest scan period held by tierd (not steady, see
+    /// `limits.promote_scan_period`); absent in older tierd's /status.
+    #[serde(default)]
+    pub kernel_scan_paced: bool,
     /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
     pub hotness: String,
     /// Where hint faults come from: "ebpf" or "memory_stat" (and why the

@@ -1,7 +1,8 @@
 //! Host-wide kernel knobs tierd sets and restores at exit:
 //! `/sys/kernel/mm/numa/demotion_enabled` and `kernel.numa_balancing` (at
 //! start), `kernel.numa_balancing_promote_rate_limit_MBps` (while the plan
-//! is steady, `controller/gate.rs`).
+//! is steady, `controller/gate.rs`) and NUMA balancing's longest scan
+//! period (while it is not).
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,14 @@ pub const NUMA_BALANCING: &str = "sys/kernel/numa_balancing";
 /// in a one-second window stay where they are (`numa_promotion_rate_limit`
 /// in kernel/sched/fair.c). The kernel's default, 65536, is no limit.
 pub const PROMOTE_RATE_LIMIT: &str = "sys/kernel/numa_balancing_promote_rate_limit_MBps";
+
+/// NUMA balancing's longest scan period, milliseconds, below the debugfs
+/// root (Documentation/admin-guide/sysctl/kernel.rst "numa_balancing_scan_period_max_ms";
+/// debugfs since 5.13). A task's period doubles after every scan whose
+/// hint faults were mostly private (`update_task_scan_period` in
+/// kernel/sched/fair.c), which in tiering mode is every scan, up to this
+/// value divided by the task's 256 MiB scan windows. Default 60000.
+pub const SCAN_PERIOD_MAX: &str = "sched/numa_balancing/scan_period_max_ms";
 
 /// One knob changed by tierd, with the value it had before.
 #[derive(Debug, Clone)]

@@ -1500,7 +1500,10 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// while no container is under its target (`limits.steady_promote_rate`,
 /// `controller/gate.rs`), lifts the limit the cycle a newcomer is under its
 /// target, limits again once the newcomer has its share, and restores the
-/// original at exit and, from the journal, after a kill -9.
+/// original at exit and, from the journal, after a kill -9. NUMA
+/// balancing's longest scan period goes the other way: held at
+/// `limits.promote_scan_period` (2 s) while the newcomer is under its
+/// target, the kernel's own (60 s) while steady and after exit.
 #[test]
 fn kernel_promotion_is_limited_only_in_a_steady_state() {
     let g = boot(
@@ -1508,15 +1511,19 @@ fn kernel_promotion_is_limited_only_in_a_steady_state() {
 . /tests/lib.sh
 RL=/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
 echo "RL START $(cat $RL)"
-# until_rl VALUE DEADLINE_S NAME: polls the knob every 0.5 s.
-until_rl() {
+SP=/sys/kernel/debug/sched/numa_balancing/scan_period_max_ms
+echo "SP START $(cat $SP)"
+# until_is TAG FILE VALUE DEADLINE_S NAME: polls FILE every 0.5 s.
+until_is() {
     local i=0
-    until [ "$(cat $RL)" = "$1" ]; do
-        i=$((i + 1)); [ $i -gt $(( $2 * 2 )) ] && { echo "RL DEADLINE $3 $(cat $RL)"; return 1; }
+    until [ "$(cat $2)" = "$3" ]; do
+        i=$((i + 1)); [ $i -gt $(( $4 * 2 )) ] && { echo "$1 DEADLINE $5 $(cat $2)"; return 1; }
         sleep 0.5
     done
-    echo "RL $3 $(cat $RL) $(cut -d' ' -f1 /proc/uptime)"
+    echo "$1 $5 $(cat $2) $(cut -d' ' -f1 /proc/uptime)"
 }
+until_rl() { until_is RL $RL "$@"; }
+until_sp() { until_is SP $SP "$@"; }
 # a fits the fast tier: at its target from the start.
 mkcg tenants.slice/a
 start_in tenants.slice/a tierload hotset --size-mib 96 --hot-mib 24 --report-s 60 > /dev/null
@@ -1526,6 +1533,7 @@ tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
 until_rl 4 60 LIMITED || exit 1
+until_sp 60000 10 STEADY || exit 1
 emit_status
 tierctl metrics | grep '^tierd_kernel_promotion_limited' | sed 's/^/METRIC /'
 # b's pages all on the lower tier: under its target.
@@ -1538,12 +1546,15 @@ wait_usage tenants.slice/b 60 60 || exit 1
 echo 0-1 > $CG/tenants.slice/b/cpuset.mems
 emit_node tenants.slice/b
 until_rl 65536 30 OPEN || exit 1
+until_sp 2000 10 PACED || exit 1
 emit_status
 # The kernel promotes b (the limit is lifted), then the state is steady again.
 until_rl 4 240 LIMITED_AGAIN || { emit_status; exit 1; }
+until_sp 60000 10 STEADY_AGAIN || exit 1
 emit_node tenants.slice/b
 kill -TERM $TIERD; wait $TIERD
 echo "RL AFTER_STOP $(cat $RL)"
+echo "SP AFTER_STOP $(cat $SP)"
 tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
@@ -1561,14 +1572,22 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
         600,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
-    let rl = |name: &str| -> u64 {
+    // The value on the `TAG NAME value …` line.
+    let knob = |tag: &str, name: &str| -> u64 {
         g.output
             .lines()
-            .find_map(|l| l.strip_prefix(&format!("RL {name} ")))
+            .find_map(|l| l.strip_prefix(&format!("{tag} {name} ")))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no RL {name} line:\n{}", g.output))
+            .unwrap_or_else(|| panic!("no {tag} {name} line:\n{}", g.output))
     };
+    let rl = |name: &str| knob("RL", name);
+    let sp = |name: &str| knob("SP", name);
     assert_eq!(rl("START"), 65536, "the kernel's default");
+    assert_eq!(sp("START"), 60000, "the kernel's default");
+    assert_eq!(sp("STEADY"), 60000, "steady: the kernel's own");
+    assert_eq!(sp("PACED"), 2000, "b under its target");
+    assert_eq!(sp("STEADY_AGAIN"), 60000);
+    assert_eq!(sp("AFTER_STOP"), 60000, "SIGTERM restores it");
     assert_eq!(rl("LIMITED"), 4);
     assert_eq!(rl("OPEN"), 65536);
     assert_eq!(rl("LIMITED_AGAIN"), 4);
@@ -1577,7 +1596,11 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
     assert_eq!(rl("JOURNAL"), 65536, "the next start restores it");
     let st = statuses(&g.output);
     assert!(
-        st.len() == 2 && st[0].kernel_promotion_limited && !st[1].kernel_promotion_limited,
+        st.len() == 2
+            && st[0].kernel_promotion_limited
+            && !st[0].kernel_scan_paced
+            && !st[1].kernel_promotion_limited
+            && st[1].kernel_scan_paced,
         "{}",
         g.output
     );

@@ -80,7 +80,13 @@ fn main() -> Result<()> {
                 "tiered: {}  promotion: {}{}  fast nodes {:?} lower nodes {:?}  fast capacity {} MiB, free {} MiB, pool {} MiB{}",
                 s.tiered,
                 s.promotion,
-                if s.kernel_promotion_limited { " (rate-limited: steady)" } else { "" },
+                if s.kernel_promotion_limited {
+                    " (rate-limited: steady)"
+                } else if s.kernel_scan_paced {
+                    " (scan paced: not steady)"
+                } else {
+                    ""
+                },
                 s.fast_nodes,
                 s.lower_nodes,
                 mib(s.fast_capacity_bytes),

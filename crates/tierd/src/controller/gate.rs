@@ -12,112 +12,274 @@
 //! kswapd pushed under its target is promoted at the kernel's full rate.
 //! The original is journalled before the first write and restored at exit.
 //! docs/NOTES.md "Kernel promotion in a steady state" has the measurements.
+//!
+//! The other half: for `limits.promote_scan_window` (30 s) after a
+//! container falls under its target, while it stays under
+//! ([`Plan::scan_paced`]), tierd holds NUMA balancing's longest scan period
+//! at `limits.promote_scan_period` (2 s). In
+//! tiering mode only lower-tier pages are scanned and every hint fault
+//! counts as private, so the kernel doubles a task's scan period after each
+//! scan up to 60 s (`update_task_scan_period`): a newcomer's promotion
+//! stalls for a minute with part of its hot set on the lower tier, in one
+//! boot and not the next. The kernel's value goes back after the window.
+//! docs/NOTES.md "NUMA balancing's scan period".
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use super::*;
-use crate::sysctl::{KernelKnobs, PROMOTE_RATE_LIMIT};
+use crate::sysctl::{KernelKnobs, PROMOTE_RATE_LIMIT, SCAN_PERIOD_MAX};
 
-/// The rate-limit knob, while tierd holds it.
+/// The kernel's promotion knobs, while tierd holds them.
 #[derive(Debug, Default)]
 pub(super) struct PromotionGate {
     knobs: KernelKnobs,
-    /// MiB/s written while the plan is steady; None while open.
-    limited_mib: Option<u64>,
-    /// The knob cannot be read (a kernel without it): logged once, then
-    /// the gate does nothing.
+    /// The promotion rate limit, MiB/s, held while the plan is steady.
+    rate: Hold,
+    /// The longest scan period, ms, held while the plan paces the scan.
+    scan: Hold,
+}
+
+/// One knob's state: the value tierd holds it at, or None while it has
+/// the kernel's (or the operator's) own.
+#[derive(Debug, Default)]
+struct Hold {
+    value: Option<u64>,
+    /// The knob cannot be read (a kernel without it, debugfs not mounted):
+    /// logged once, then left alone.
     off: bool,
 }
 
+/// What [`hold`] did this cycle.
+enum Held {
+    Nothing,
+    Set(u64),
+    Restored,
+}
+
+/// Holds the knob at `path` at `want` (None: gives back its original).
+/// An operator's own value at or below `want` stays. Failures are logged;
+/// a knob that cannot be read is logged once (`missing` says what that
+/// means) and never touched again.
+fn hold(
+    knobs: &mut KernelKnobs,
+    h: &mut Hold,
+    path: &Path,
+    want: Option<u64>,
+    missing: &str,
+) -> Held {
+    if h.off || want == h.value {
+        return Held::Nothing;
+    }
+    let Some(v) = want else {
+        return match knobs.restore_path(path) {
+            Ok(_) => {
+                h.value = None;
+                Held::Restored
+            }
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "cannot restore kernel setting");
+                Held::Nothing
+            }
+        };
+    };
+    let current = match fs::read_to_string(path) {
+        Ok(s) => s.trim().parse::<u64>().ok(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "{missing}");
+            h.off = true;
+            return Held::Nothing;
+        }
+    };
+    if current.is_some_and(|c| c <= v) && !knobs.changed_path(path) {
+        h.value = Some(v);
+        return Held::Nothing;
+    }
+    match knobs.set(path, &v.to_string()) {
+        Ok(()) => {
+            h.value = Some(v);
+            Held::Set(v)
+        }
+        Err(e) => {
+            tracing::warn!(error = format!("{e:#}"), "cannot change kernel setting");
+            Held::Nothing
+        }
+    }
+}
+
 impl PromotionGate {
-    /// Journals the knob's original before tierd first writes it.
+    /// Journals the knobs' originals before tierd first writes them.
     pub(super) fn set_journal(&mut self, journal: SharedJournal) {
         self.knobs = KernelKnobs::with_journal(journal);
     }
 
     /// Whether the kernel's promotion is held at `limits.steady_promote_rate`.
     pub(super) fn limited(&self) -> bool {
-        self.limited_mib.is_some()
+        self.rate.value.is_some()
+    }
+
+    /// Whether NUMA balancing's scan period is held at
+    /// `limits.promote_scan_period`.
+    pub(super) fn scan_paced(&self) -> bool {
+        self.scan.value.is_some()
     }
 
     /// Limits or opens the kernel's promotion for this cycle's plan.
-    /// Failures are logged (the knob missing: once, and the gate stays
-    /// off); the cycle goes on either way.
+    /// Failures are logged (a knob missing: once, and it is left alone);
+    /// the cycle goes on either way.
     pub(super) fn apply(&mut self, cfg: &Config, plan: &Plan, names: &dyn Fn(u64) -> String) {
-        if self.off {
-            return;
-        }
+        let kernel = cfg.daemon.promotion == PromotionMode::Kernel;
         let rate = cfg.limits.steady_promote_rate.0;
-        let want = (cfg.daemon.promotion == PromotionMode::Kernel && rate > 0 && plan.steady)
-            .then_some(rate >> 20);
-        if want == self.limited_mib {
-            return;
-        }
-        let path = path(cfg);
-        match want {
-            Some(mib) => {
-                let current = match fs::read_to_string(&path) {
-                    Ok(v) => v.trim().parse::<u64>().ok(),
-                    Err(e) => {
-                        tracing::warn!(
-                            path = %path.display(),
-                            error = %e,
-                            "cannot read the kernel's promotion rate limit (a kernel before 6.0?); limits.steady_promote_rate has no effect"
-                        );
-                        self.off = true;
-                        return;
-                    }
-                };
-                // An operator's own lower limit stays.
-                if current.is_some_and(|c| c <= mib) && !self.knobs.changed_path(&path) {
-                    self.limited_mib = Some(mib);
-                    return;
-                }
-                match self.knobs.set(&path, &mib.to_string()) {
-                    Ok(()) => {
-                        tracing::info!(
-                            mib_per_s = mib,
-                            steady_after_s = cfg.limits.steady_after.as_secs_f64(),
-                            "steady: every container at or over its target; kernel promotion limited"
-                        );
-                        self.limited_mib = Some(mib);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = format!("{e:#}"), "cannot limit kernel promotion")
-                    }
-                }
-            }
-            None => {
+        let want = (kernel && rate > 0 && plan.steady).then_some(rate >> 20);
+        let path = cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT);
+        match hold(
+            &mut self.knobs,
+            &mut self.rate,
+            &path,
+            want,
+            "cannot read the kernel's promotion rate limit (a kernel before 6.0?); limits.steady_promote_rate has no effect",
+        ) {
+            Held::Set(mib) => tracing::info!(
+                mib_per_s = mib,
+                steady_after_s = cfg.limits.steady_after.as_secs_f64(),
+                "steady: every container at or over its target; kernel promotion limited"
+            ),
+            Held::Restored => {
                 let under: Vec<String> = plan
                     .containers
                     .iter()
                     .filter(|p| p.state == PlacementState::UnderTarget)
                     .map(|p| names(p.id))
                     .collect();
-                match self.knobs.restore_path(&path) {
-                    Ok(_) => {
-                        tracing::info!(
-                            under_target = ?under,
-                            "not steady: kernel promotion no longer limited by tierd"
-                        );
-                        self.limited_mib = None;
-                    }
-                    Err(e) => tracing::warn!(
-                        error = format!("{e:#}"),
-                        "cannot restore kernel promotion rate limit"
-                    ),
-                }
+                tracing::info!(
+                    under_target = ?under,
+                    "not steady: kernel promotion no longer limited by tierd"
+                );
             }
+            Held::Nothing => {}
+        }
+        let period = cfg.limits.promote_scan_period;
+        let want = (kernel && !period.is_zero() && plan.scan_paced)
+            .then(|| period.as_millis().max(1) as u64);
+        let path = cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX);
+        match hold(
+            &mut self.knobs,
+            &mut self.scan,
+            &path,
+            want,
+            "cannot read NUMA balancing's scan period (debugfs not mounted, or a kernel without CONFIG_NUMA_BALANCING); limits.promote_scan_period has no effect",
+        ) {
+            Held::Set(ms) => tracing::info!(
+                scan_period_max_ms = ms,
+                "a container fell under its target: NUMA balancing rescans lower-tier pages at least this often, so kernel promotion keeps going"
+            ),
+            Held::Restored => tracing::info!(
+                "no container lately under its target: NUMA balancing's scan period back to the kernel's"
+            ),
+            Held::Nothing => {}
         }
     }
 
-    /// Writes the original limit back (exit, reload to another mode).
+    /// Writes the originals back (exit, reload to another mode).
     pub(super) fn restore(&mut self) {
         self.knobs.restore();
-        self.limited_mib = None;
+        self.rate.value = None;
+        self.scan.value = None;
     }
 }
 
-fn path(cfg: &Config) -> PathBuf {
-    cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT)
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A config whose procfs and debugfs roots are `dir`, with both knobs
+    /// at the kernel's defaults.
+    fn setup(dir: &Path) -> Config {
+        let mut cfg = Config::parse("", Path::new("test.toml")).unwrap();
+        cfg.daemon.procfs_root = dir.join("proc");
+        cfg.daemon.debugfs_root = dir.join("debug");
+        for (p, v) in [
+            (cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT), "65536\n"),
+            (cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX), "60000\n"),
+        ] {
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, v).unwrap();
+        }
+        cfg
+    }
+
+    fn read(p: PathBuf) -> String {
+        fs::read_to_string(p).unwrap().trim().to_owned()
+    }
+
+    /// A steady plan, or one that paces the scan.
+    fn plan(steady: bool) -> Plan {
+        Plan {
+            steady,
+            scan_paced: !steady,
+            ..Plan::default()
+        }
+    }
+
+    /// Steady: the rate is limited and the scan period is the kernel's;
+    /// a container lately under its target: the other way round; restore
+    /// gives both back.
+    #[test]
+    fn the_rate_is_held_when_steady_and_the_scan_period_when_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = setup(dir.path());
+        let rate = || read(cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT));
+        let scan = || read(cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX));
+        let names = |id: u64| id.to_string();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, &plan(false), &names);
+        assert_eq!((rate().as_str(), scan().as_str()), ("65536", "2000"));
+        assert!(!g.limited() && g.scan_paced());
+        g.apply(&cfg, &plan(true), &names);
+        assert_eq!((rate().as_str(), scan().as_str()), ("4", "60000"));
+        assert!(g.limited() && !g.scan_paced());
+        g.apply(&cfg, &plan(false), &names);
+        assert_eq!((rate().as_str(), scan().as_str()), ("65536", "2000"));
+        g.restore();
+        assert_eq!((rate().as_str(), scan().as_str()), ("65536", "60000"));
+    }
+
+    /// An operator's own shorter period stays; `promote_scan_period = 0`
+    /// and `promotion = "tierd"` leave the knob alone; a missing knob
+    /// (debugfs not mounted) turns the scan half off, not the rate half.
+    #[test]
+    fn the_scan_period_is_left_alone_when_it_should_be() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = setup(dir.path());
+        let path = cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX);
+        let names = |id: u64| id.to_string();
+        fs::write(&path, "1000\n").unwrap();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, &plan(false), &names);
+        assert_eq!(read(path.clone()), "1000");
+        g.restore();
+        assert_eq!(read(path.clone()), "1000");
+
+        fs::write(&path, "60000\n").unwrap();
+        cfg.limits.promote_scan_period = Duration::ZERO;
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, &plan(false), &names);
+        assert_eq!(read(path.clone()), "60000");
+        assert!(!g.scan_paced());
+
+        cfg.limits.promote_scan_period = crate::config::PROMOTE_SCAN_PERIOD;
+        cfg.daemon.promotion = PromotionMode::Tierd;
+        g.apply(&cfg, &plan(false), &names);
+        assert_eq!(read(path.clone()), "60000");
+
+        cfg.daemon.promotion = PromotionMode::Kernel;
+        fs::remove_file(&path).unwrap();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, &plan(false), &names);
+        assert!(g.scan.off && !g.scan_paced());
+        g.apply(&cfg, &plan(true), &names);
+        assert!(g.limited(), "the rate half still works");
+        assert!(!path.exists(), "nothing written where the knob was missing");
+    }
 }

@@ -32,6 +32,7 @@ impl Controller {
         mt.managed_containers.set(managed.len() as i64);
         mt.kernel_promotion_limited
             .set(i64::from(self.gate.limited()));
+        mt.kernel_scan_paced.set(i64::from(self.gate.scan_paced()));
         let lower = self.topo.lower_nodes();
         let mut status = Status {
             tiered: !self.observe_only,
@@ -48,6 +49,7 @@ impl Controller {
                 .map_or(0.0, |d| d.as_secs_f64()),
             quiet_checks: self.quiet_checks,
             kernel_promotion_limited: self.gate.limited(),
+            kernel_scan_paced: self.gate.scan_paced(),
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
                 (Some(_), _) => "damon".into(),
                 (None, Some(why)) => format!("usage ({why})"),
