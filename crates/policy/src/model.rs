@@ -177,9 +177,9 @@ pub struct PolicyParams {
     /// How long no container may be under its target (and none arrive or
     /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
     pub steady_ms: u64,
-    /// With the kernel's promotion: for how long after a container falls
-    /// under its target − band the daemon shortens NUMA balancing's scan
-    /// period for it ([`Plan::scan_paced`]), in ms; 0: never.
+    /// With the kernel's promotion: for how long after a container arrives
+    /// the daemon shortens NUMA balancing's scan period while it is under
+    /// its target − band ([`Plan::scan_paced`]), in ms; 0: never.
     pub scan_pace_ms: u64,
     /// With the kernel's promotion: how long a container may stay under its
     /// target − band with nothing promoted for it before tierd promotes for
@@ -353,14 +353,15 @@ pub struct Plan {
     /// (see `steady.rs`; the daemon then limits the kernel's promotion
     /// rate).
     pub steady: bool,
-    /// A container fell under its target − band less than
-    /// [`PolicyParams::scan_pace_ms`] ago and is still under it: the daemon
+    /// A container that arrived less than [`PolicyParams::scan_pace_ms`]
+    /// ago is under its target − band: the daemon
     /// caps NUMA balancing's scan period, so the kernel keeps taking hint
     /// faults on, and promoting, its lower-tier pages (in tiering mode the
     /// kernel lengthens a task's period after every scan, up to a minute:
-    /// `update_task_scan_period`, kernel/sched/fair.c). Bounded in time
-    /// because a container can stay under its target with a cold lower
-    /// tier (a skewed tenant's tail) where faster scanning finds nothing.
+    /// `update_task_scan_period`, kernel/sched/fair.c). Arrivals only, and
+    /// bounded in time: a container can stay under its target with a cold
+    /// lower tier (a skewed tenant's tail) where faster scans find nothing,
+    /// and one pushed under later by promotion churn gets more churn.
     pub scan_paced: bool,
 }
 
@@ -413,9 +414,9 @@ pub struct SteadyState {
     pub members: Vec<ContainerId>,
     /// Since when no container has been under its target (policy clock).
     pub since_ms: Option<u64>,
-    /// Since when each container now under its target − band has been
-    /// (policy clock); see [`Plan::scan_paced`].
-    pub under_since_ms: std::collections::BTreeMap<ContainerId, u64>,
+    /// When each container of the last cycle was first seen (policy
+    /// clock); see [`Plan::scan_paced`].
+    pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
 }
 
 /// Per-container thrash detector state (see [`ThrashParams`]).

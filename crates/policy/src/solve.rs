@@ -387,7 +387,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .map(|p| p.id)
         .collect();
     let scan_paced =
-        crate::steady::pace_scan(&mut state.steady, now_ms, &under, params.scan_pace_ms);
+        crate::steady::pace_scan(&mut state.steady, now_ms, &ids, &under, params.scan_pace_ms);
 
     Plan {
         pool_bytes,

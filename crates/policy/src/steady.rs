@@ -48,24 +48,30 @@ pub(crate) fn observe(
     now_ms.saturating_sub(since) >= steady_ms
 }
 
-/// Records which containers are under their target − band this cycle
-/// (`under`, any order) and says whether one of them fell under it less
+/// Records this cycle's containers (`ids`) and the ones under their
+/// target − band (`under`), and says whether one of those arrived less
 /// than `pace_ms` ago. A container's clock starts the first cycle it is
-/// under and is dropped the first cycle it is not (or is gone), so falling
-/// under again later paces again. `pace_ms` 0: never.
+/// seen and is dropped when it is gone. Only arrivals are paced: a
+/// container pushed under its target later is in the kernel's promotion
+/// bursts (its scan is paced by the task's runtime, not the period), and
+/// faster scans there only add churn (docs/NOTES.md "NUMA balancing's scan
+/// period"). `pace_ms` 0: never.
 pub(crate) fn pace_scan(
     st: &mut SteadyState,
     now_ms: u64,
+    ids: &[ContainerId],
     under: &[ContainerId],
     pace_ms: u64,
 ) -> bool {
-    st.under_since_ms.retain(|id, _| under.contains(id));
-    let mut paced = false;
-    for &id in under {
-        let since = *st.under_since_ms.entry(id).or_insert(now_ms);
-        paced |= now_ms.saturating_sub(since) < pace_ms;
+    st.arrived_ms.retain(|id, _| ids.contains(id));
+    for &id in ids {
+        st.arrived_ms.entry(id).or_insert(now_ms);
     }
-    paced
+    under.iter().any(|id| {
+        st.arrived_ms
+            .get(id)
+            .is_some_and(|&t| now_ms.saturating_sub(t) < pace_ms)
+    })
 }
 
 #[cfg(test)]
@@ -101,23 +107,23 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_is_paced_for_a_while_after_each_fall_under_target() {
+    fn the_scan_is_paced_for_a_while_after_an_arrival_under_target() {
         let mut st = SteadyState::default();
-        assert!(!pace_scan(&mut st, 0, &[], 30_000));
-        assert!(pace_scan(&mut st, 1_000, &[1], 30_000));
-        assert!(pace_scan(&mut st, 30_999, &[1], 30_000));
-        // Still under after the window (a cold lower tier): not paced.
-        assert!(!pace_scan(&mut st, 31_000, &[1], 30_000));
-        // A newcomer has a window of its own.
-        assert!(pace_scan(&mut st, 40_000, &[1, 2], 30_000));
-        assert!(!pace_scan(&mut st, 70_000, &[2, 1], 30_000));
-        // 1 reaches its target, then falls under again: a new window.
-        assert!(!pace_scan(&mut st, 72_000, &[2], 30_000));
-        assert!(pace_scan(&mut st, 74_000, &[2, 1], 30_000));
-        assert_eq!(st.under_since_ms.len(), 2);
-        assert!(!pace_scan(&mut st, 75_000, &[], 30_000));
-        assert!(st.under_since_ms.is_empty(), "forgotten when not under");
-        assert!(!pace_scan(&mut st, 76_000, &[3], 0), "0: never");
+        assert!(!pace_scan(&mut st, 0, &[], &[], 30_000));
+        // 1 arrives at its target: not paced; falls under at 40 s: not
+        // an arrival, not paced.
+        assert!(!pace_scan(&mut st, 1_000, &[1], &[], 30_000));
+        assert!(!pace_scan(&mut st, 40_000, &[1], &[1], 30_000));
+        // 2 arrives under its target: paced for 30 s, while under.
+        assert!(pace_scan(&mut st, 50_000, &[1, 2], &[2], 30_000));
+        assert!(!pace_scan(&mut st, 60_000, &[1, 2], &[], 30_000));
+        assert!(pace_scan(&mut st, 79_999, &[1, 2], &[2, 1], 30_000));
+        assert!(!pace_scan(&mut st, 80_000, &[1, 2], &[2], 30_000));
+        // Gone and forgotten; back later: a new arrival.
+        assert!(!pace_scan(&mut st, 81_000, &[1], &[1], 30_000));
+        assert_eq!(st.arrived_ms.len(), 1);
+        assert!(pace_scan(&mut st, 82_000, &[1, 2], &[2], 30_000));
+        assert!(!pace_scan(&mut st, 82_000, &[3], &[3], 0), "0: never");
     }
 
     #[test]

@@ -529,27 +529,27 @@ pub struct LimitsConfig {
     #[serde(deserialize_with = "de_duration")]
     pub steady_after: Duration,
     /// With `promotion = "kernel"`: the longest NUMA-balancing scan period
-    /// (debugfs `sched/numa_balancing/scan_period_max_ms`) while a container
-    /// has lately fallen under its target ([`policy::Plan::scan_paced`]), so
-    /// its lower-tier pages keep getting hint faults and the kernel keeps
+    /// (debugfs `sched/numa_balancing/scan_period_max_ms`) while a newly
+    /// arrived container is under its target ([`policy::Plan::scan_paced`]),
+    /// so its lower-tier pages keep getting hint faults and the kernel keeps
     /// promoting them;
-    /// the kernel's own value (60 s) is written back once no container
-    /// has fallen under its target within `promote_scan_window` and at
-    /// exit. 0: tierd never changes it. docs/NOTES.md "NUMA balancing's
+    /// the kernel's own value (60 s) is written back after
+    /// `promote_scan_window` and at exit. 0: tierd never changes it. docs/NOTES.md "NUMA balancing's
     /// scan period".
     #[serde(deserialize_with = "de_duration")]
     pub promote_scan_period: Duration,
-    /// For how long after a container falls under its target − band the
-    /// scan period is held at `promote_scan_period` (while it stays under).
-    /// Longer, and a container whose lower tier is cold (a skewed tenant's
-    /// tail) would pay for scans that find nothing to promote; 0: never.
+    /// For how long after a container arrives (or tierd starts) the scan
+    /// period is held at `promote_scan_period`, while it is under its
+    /// target − band. Longer, and a container whose lower tier is cold (a
+    /// skewed tenant's tail) pays for scans that find nothing; 0: never.
     #[serde(deserialize_with = "de_duration")]
     pub promote_scan_window: Duration,
 }
 
-/// Default of `limits.promote_scan_period` (docs/NOTES.md "NUMA balancing's
-/// scan period").
-pub const PROMOTE_SCAN_PERIOD: Duration = Duration::from_secs(2);
+/// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
+/// sets on DRAM sooner but cost tiering CPU in the demo (docs/NOTES.md
+/// "NUMA balancing's scan period").
+pub const PROMOTE_SCAN_PERIOD: Duration = Duration::ZERO;
 
 impl Default for LimitsConfig {
     fn default() -> Self {

@@ -1501,9 +1501,10 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// `controller/gate.rs`), lifts the limit the cycle a newcomer is under its
 /// target, limits again once the newcomer has its share, and restores the
 /// original at exit and, from the journal, after a kill -9. NUMA
-/// balancing's longest scan period goes the other way: held at
-/// `limits.promote_scan_period` (2 s) while the newcomer is under its
-/// target, the kernel's own (60 s) while steady and after exit.
+/// balancing's longest scan period goes the other way: with
+/// `limits.promote_scan_period = "2s"` (off by default) it is held at 2 s
+/// while the newcomer is under its target, the kernel's own (60 s) while
+/// steady and after exit.
 #[test]
 fn kernel_promotion_is_limited_only_in_a_steady_state() {
     let g = boot(
@@ -1528,7 +1529,7 @@ until_sp() { until_is SP $SP "$@"; }
 mkcg tenants.slice/a
 start_in tenants.slice/a tierload hotset --size-mib 96 --hot-mib 24 --report-s 60 > /dev/null
 wait_usage tenants.slice/a 90 60 || exit 1
-printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\npromote_scan_period = "2s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1

@@ -14,9 +14,9 @@
 //! docs/NOTES.md "Kernel promotion in a steady state" has the measurements.
 //!
 //! The other half: for `limits.promote_scan_window` (30 s) after a
-//! container falls under its target, while it stays under
+//! container arrives, while it is under its target
 //! ([`Plan::scan_paced`]), tierd holds NUMA balancing's longest scan period
-//! at `limits.promote_scan_period` (2 s). In
+//! at `limits.promote_scan_period` (off by default; 2 s measured). In
 //! tiering mode only lower-tier pages are scanned and every hint fault
 //! counts as private, so the kernel doubles a task's scan period after each
 //! scan up to 60 s (`update_task_scan_period`): a newcomer's promotion
@@ -170,10 +170,10 @@ impl PromotionGate {
         ) {
             Held::Set(ms) => tracing::info!(
                 scan_period_max_ms = ms,
-                "a container fell under its target: NUMA balancing rescans lower-tier pages at least this often, so kernel promotion keeps going"
+                "a newcomer under its target: NUMA balancing rescans lower-tier pages at least this often, so kernel promotion keeps going"
             ),
             Held::Restored => tracing::info!(
-                "no container lately under its target: NUMA balancing's scan period back to the kernel's"
+                "no newcomer under its target: NUMA balancing's scan period back to the kernel's"
             ),
             Held::Nothing => {}
         }
@@ -199,6 +199,7 @@ mod tests {
         let mut cfg = Config::parse("", Path::new("test.toml")).unwrap();
         cfg.daemon.procfs_root = dir.join("proc");
         cfg.daemon.debugfs_root = dir.join("debug");
+        cfg.limits.promote_scan_period = Duration::from_secs(2);
         for (p, v) in [
             (cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT), "65536\n"),
             (cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX), "60000\n"),
@@ -268,7 +269,7 @@ mod tests {
         assert_eq!(read(path.clone()), "60000");
         assert!(!g.scan_paced());
 
-        cfg.limits.promote_scan_period = crate::config::PROMOTE_SCAN_PERIOD;
+        cfg.limits.promote_scan_period = Duration::from_secs(2);
         cfg.daemon.promotion = PromotionMode::Tierd;
         g.apply(&cfg, &plan(false), &names);
         assert_eq!(read(path.clone()), "60000");
