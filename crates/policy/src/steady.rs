@@ -55,7 +55,7 @@ pub(crate) fn observe(
 /// container pushed under its target later is in the kernel's promotion
 /// bursts (its scan is paced by the task's runtime, not the period), and
 /// faster scans there only add churn (docs/NOTES.md "NUMA balancing's scan
-/// period"). `pace_ms` 0: never.
+/// period"). `ids` are in id order. `pace_ms` 0: never, and nothing kept.
 pub(crate) fn pace_scan(
     st: &mut SteadyState,
     now_ms: u64,
@@ -63,7 +63,11 @@ pub(crate) fn pace_scan(
     under: &[ContainerId],
     pace_ms: u64,
 ) -> bool {
-    st.arrived_ms.retain(|id, _| ids.contains(id));
+    if pace_ms == 0 {
+        st.arrived_ms.clear();
+        return false;
+    }
+    st.arrived_ms.retain(|id, _| ids.binary_search(id).is_ok());
     for &id in ids {
         st.arrived_ms.entry(id).or_insert(now_ms);
     }

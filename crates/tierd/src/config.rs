@@ -532,10 +532,9 @@ pub struct LimitsConfig {
     /// (debugfs `sched/numa_balancing/scan_period_max_ms`) while a newly
     /// arrived container is under its target ([`policy::Plan::scan_paced`]),
     /// so its lower-tier pages keep getting hint faults and the kernel keeps
-    /// promoting them;
-    /// the kernel's own value (60 s) is written back after
-    /// `promote_scan_window` and at exit. 0: tierd never changes it. docs/NOTES.md "NUMA balancing's
-    /// scan period".
+    /// promoting them; the kernel's own value (60 s) is written back after
+    /// `promote_scan_window` and at exit. 0 (the default): tierd never
+    /// changes it. docs/NOTES.md "NUMA balancing's scan period".
     #[serde(deserialize_with = "de_duration")]
     pub promote_scan_period: Duration,
     /// For how long after a container arrives (or tierd starts) the scan
