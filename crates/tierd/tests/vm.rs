@@ -1625,8 +1625,8 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
 }
 
 /// Promotion candidates the kernel refuses for want of room are hot by its
-/// own test too: with DRAM held by hugetlb pages (nothing kswapd can
-/// demote) every candidate of a hot set on CXL is refused, the kernel
+/// own test too: with DRAM held by hugetlb pages and demotion off (nothing
+/// kswapd can free) every candidate of a hot set on CXL is refused, the kernel
 /// promotes nothing, and once the room is back (NUMA balancing off, so only
 /// tierd can move them) tierd's recall moves the refused pages to DRAM.
 #[test]
@@ -1641,15 +1641,20 @@ free_mib() { awk '/MemFree/ { print int($4 / 1024) }' $N0/meminfo; }
 # The highest high watermark of node 0's zones: a promotion needs free
 # memory above it (migrate_balanced_pgdat), so the fill leaves 12 MiB less.
 HIGH=$(awk '/^Node/ { n = $2 } n == "0," && $1 == "high" && $2 > h { h = $2 } END { print int(h * 4 / 1024) }' /proc/zoneinfo)
-# kswapd wakes as the fill crosses the low watermark and frees what it can
-# back up to the high one (in one CI run free ended at exactly high): fill
-# again, a second apart, until what it frees runs out.
+# kswapd wakes as the fill crosses the low watermark (and at every refused
+# promotion) and frees what it can back up to the high one. With demotion
+# on, it demoted node 0's anon pages to node 1 (in one CI run free ended at
+# exactly high; in another at 2 MiB under it and the kernel promoted into
+# what kswapd freed, refusing too few). Demotion off (the guest has no
+# swap): only clean file pages can go. Fill again, two seconds apart, until
+# free stays 4 MiB under high.
+echo 0 > /sys/kernel/mm/numa/demotion_enabled
 i=0
-while [ "$(free_mib)" -ge "$HIGH" ]; do
+while [ "$(free_mib)" -ge $((HIGH - 4)) ]; do
     i=$((i + 1))
-    [ $i -gt 10 ] && { echo "FAIL: node 0 has $(free_mib) MiB free after 10 fills, not under its high watermark ($HIGH MiB)"; exit 1; }
+    [ $i -gt 10 ] && { echo "FAIL: node 0 has $(free_mib) MiB free after 10 fills, not 4 MiB under its high watermark ($HIGH MiB)"; exit 1; }
     echo $(( $(cat $HP) + ($(free_mib) - HIGH + 12) / 2 )) > $HP
-    sleep 1
+    sleep 2
 done
 echo "FILL hugepages=$(cat $HP) free=$(free_mib) high=$HIGH fills=$i"
 # A refused promotion counts as a failed migration, and NUMA balancing
@@ -1659,13 +1664,18 @@ echo "FILL hugepages=$(cat $HP) free=$(free_mib) high=$HIGH fills=$i"
 NB=/sys/kernel/debug/sched/numa_balancing
 [ -d $NB ] || mount -t debugfs none /sys/kernel/debug
 echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
-start_tierd_tenants || exit 1
+printf '[daemon]\ninterval = "1s"\ndemotion_enabled = false\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
 # tierd sets NUMA balancing mode 2 once its probe runs: wait for the
 # kernel to refuse one hot set's worth of candidates (48 MiB, 12288 pages).
 refused() { tierctl metrics | awk '/^tierd_container_numa_promotions_total/ && /tenants.slice\/a"/ && /outcome="dropped"/ { s += $2 } END { print s + 0 }'; }
 i=0
+numa() { awk '/^(numa_pte_updates|numa_hint_faults|pgpromote_candidate|pgpromote_success) / { printf "%s=%s ", $1, $2 }' /proc/vmstat; }
 until [ "$(refused)" -ge 12288 ]; do
-    i=$((i + 1)); [ $i -gt 120 ] && { echo "FAIL: the kernel refused only $(refused) candidates in 120 s"; exit 1; }
+    i=$((i + 1)); [ $i -gt 120 ] && { echo "FAIL: the kernel refused only $(refused) candidates in 120 s (node 0 free $(free_mib) MiB, high $HIGH; $(numa))"; exit 1; }
+    [ $((i % 10)) -eq 0 ] && echo "WAIT ${i}s refused=$(refused) free=$(free_mib) $(numa)"
     sleep 1
 done
 echo "REFUSED $(refused)"
