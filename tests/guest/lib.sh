@@ -40,6 +40,16 @@ wait_usage() {
     done
 }
 
+# wait_fast CGROUP MIB TIMEOUT_S: waits until CGROUP holds at least MIB on
+# node 0, at most TIMEOUT_S seconds; the caller checks what it reached.
+wait_fast() {
+    local i=0
+    until [ "$(node_mib "$1" 0)" -ge "$2" ]; do
+        i=$((i + 1)); [ "$i" -gt "$3" ] && return 0
+        sleep 1
+    done
+}
+
 # start_tierd_tenants: runs tierd with a 1 s interval and one policy for
 # tenants.slice/* (log in /tmp/tierd.log), sets TIERD to its pid and waits
 # for /status.

@@ -362,6 +362,7 @@ const KERNEL_DEPENDENT_VM_TESTS: [(&str, &str, &[&str]); 4] = [
             "sigterm_restores_kernel_and_cgroup_settings",
             "hot_set_on_cxl_is_promoted_within_budget",
             "kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched",
+            "tierd_promotion_falls_back_to_the_kernels_while_damon_is_unavailable",
         ],
     ),
 ];

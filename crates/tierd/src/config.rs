@@ -998,6 +998,13 @@ impl Config {
 
     /// Solver tunables from `[daemon]` and `[limits]`.
     pub fn policy_params(&self) -> PolicyParams {
+        self.policy_params_for(self.daemon.promotion)
+    }
+
+    /// Solver tunables with `promotion` in effect instead of
+    /// `daemon.promotion` (`promotion = "tierd"` falls back to the kernel's
+    /// promotion while DAMON is unavailable: [`crate::controller::Controller::promotion`]).
+    pub fn policy_params_for(&self, promotion: PromotionMode) -> PolicyParams {
         let l = &self.limits;
         PolicyParams {
             demand: match self.daemon.demand {
@@ -1019,11 +1026,10 @@ impl Config {
                 max_level: 4,
             },
             need_window_ms: 10_000,
-            tierd_promotes: self.daemon.promotion == PromotionMode::Tierd,
+            tierd_promotes: promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
             // The scan period is the kernel's to change only with its promotion.
-            scan_pace_ms: if self.daemon.promotion == PromotionMode::Kernel
-                && !l.promote_scan_period.is_zero()
+            scan_pace_ms: if promotion == PromotionMode::Kernel && !l.promote_scan_period.is_zero()
             {
                 l.promote_scan_window.as_millis() as u64
             } else {

@@ -260,7 +260,7 @@ fn demotion_mechanism(cfg: &Config) -> Result<Option<LruGen>> {
 
 /// Cycles between attempts to claim DAMON after it was unavailable (busy
 /// with someone else's kdamonds): about a minute at the default interval.
-const DAMON_RETRY_CYCLES: u64 = 30;
+pub const DAMON_RETRY_CYCLES: u64 = 30;
 
 fn state_name(s: PlacementState) -> &'static str {
     match s {
@@ -393,6 +393,26 @@ impl Controller {
         self.observe_only
     }
 
+    /// The promotion mode in effect: `daemon.promotion`, except that
+    /// `promotion = "tierd"` falls back to the kernel's NUMA-balancing
+    /// promotion while DAMON is unavailable (tierd finds the pages to
+    /// promote with DAMON; without it nothing would promote at all, e.g. on
+    /// Linux 6.17+ with `damon_stat` holding DAMON exclusively). The daemon
+    /// sets `kernel.numa_balancing` to match after every cycle.
+    pub fn promotion(&self) -> PromotionMode {
+        match self.cfg.daemon.promotion {
+            PromotionMode::Tierd if self.hot.damon.is_none() && !self.observe_only => {
+                PromotionMode::Kernel
+            }
+            p => p,
+        }
+    }
+
+    /// Why DAMON is unavailable, when it is.
+    pub fn damon_off_reason(&self) -> Option<&str> {
+        self.hot.off_reason.as_deref()
+    }
+
     /// Runs one cycle. Per-container failures (vanished cgroups, EBUSY) are
     /// logged and skipped; an error here means the cycle as a whole failed.
     pub fn cycle(&mut self) -> Result<Plan> {
@@ -504,7 +524,13 @@ impl Controller {
             elapsed_ms,
             containers: snaps,
         };
-        let plan = policy::solve(&snapshot, &self.cfg.policy_params(), &mut self.policy_state);
+        let promotion = self.promotion();
+        let mut params = self.cfg.policy_params_for(promotion);
+        if self.hot.damon.is_none() {
+            // The assist promotes over DAMON's regions: nothing to assist with.
+            params.assist_after_ms = 0;
+        }
+        let plan = policy::solve(&snapshot, &params, &mut self.policy_state);
         self.lap(&mut phase, "solve");
         self.note_assisted(&managed, &snapshot, &plan);
         if plan.guarantees_scaled {
@@ -523,7 +549,7 @@ impl Controller {
                     .find(|m| m.id == id)
                     .map_or_else(|| id.to_string(), |m| m.path.clone())
             };
-            self.gate.apply(&self.cfg, &plan, &names);
+            self.gate.apply(&self.cfg, promotion, &plan, &names);
         }
         self.watch_kswapd(&plan, &managed, &per_node);
         self.lap(&mut phase, "kswapd");
@@ -533,7 +559,7 @@ impl Controller {
             && self.cfg.hotness.source != HotnessSource::Off
             && !self.observe_only;
         self.cadence.full(
-            cadence::quiet(&plan, self.cfg.daemon.promotion == PromotionMode::Tierd)
+            cadence::quiet(&plan, promotion == PromotionMode::Tierd)
                 && !damon_pending
                 && !recalling,
             ids,

@@ -155,23 +155,59 @@ impl Drop for JournalGuard {
     }
 }
 
-/// Sets the host-wide knobs the config asks for. In observe-only mode nothing
-/// is changed.
-fn apply_knobs(cfg: &Config, knobs: &mut KernelKnobs) -> Result<()> {
+/// Sets the host-wide knobs the config asks for, NUMA balancing for the
+/// promotion mode in effect (`promotion`, see [`Controller::promotion`]). In
+/// observe-only mode nothing is changed.
+fn apply_knobs(cfg: &Config, promotion: PromotionMode, knobs: &mut KernelKnobs) -> Result<()> {
     let d = &cfg.daemon;
     knobs.set(
         &d.sysfs_root.join(DEMOTION_ENABLED),
         if d.demotion_enabled { "1" } else { "0" },
     )?;
-    let nb = match d.promotion {
-        PromotionMode::Kernel => d.numa_balancing,
-        // Regulated promotion: the kernel must not promote behind tierd's back.
-        PromotionMode::Tierd => Some(d.numa_balancing.unwrap_or(0) & !2),
-    };
-    if let Some(nb) = nb {
+    if let Some(nb) = numa_balancing_for(cfg, promotion) {
         knobs.set(&d.procfs_root.join(NUMA_BALANCING), &nb.to_string())?;
     }
     Ok(())
+}
+
+/// `kernel.numa_balancing` for the promotion mode in effect, or None to
+/// leave the host's. With `promotion = "tierd"` the kernel must not promote
+/// behind tierd's back (the tiering bit, 2, cleared); while that mode falls
+/// back to the kernel's promotion (DAMON unavailable) the bit is set.
+fn numa_balancing_for(cfg: &Config, promotion: PromotionMode) -> Option<u32> {
+    let d = &cfg.daemon;
+    match (d.promotion, promotion) {
+        (PromotionMode::Kernel, _) => d.numa_balancing,
+        (PromotionMode::Tierd, PromotionMode::Tierd) => Some(d.numa_balancing.unwrap_or(0) & !2),
+        (PromotionMode::Tierd, PromotionMode::Kernel) => Some(d.numa_balancing.unwrap_or(0) | 2),
+    }
+}
+
+/// Follows a change of the promotion mode in effect (DAMON lost or claimed
+/// again with `promotion = "tierd"`): sets `kernel.numa_balancing` and says
+/// why. The original value stays journalled for the restore at exit.
+fn switch_promotion(controller: &Controller, promotion: PromotionMode, knobs: &mut KernelKnobs) {
+    let cfg = controller.config();
+    let Some(nb) = numa_balancing_for(cfg, promotion) else {
+        return;
+    };
+    let path = cfg.daemon.procfs_root.join(NUMA_BALANCING);
+    if let Err(e) = knobs.set(&path, &nb.to_string()) {
+        tracing::error!(error = format!("{e:#}"), "cannot switch the promotion mode");
+        return;
+    }
+    match promotion {
+        PromotionMode::Kernel => tracing::error!(
+            reason = controller.damon_off_reason().unwrap_or("unknown"),
+            numa_balancing = nb,
+            "promotion = \"tierd\" finds the pages to promote with DAMON, which is unavailable: the kernel's NUMA balancing promotes until tierd can claim DAMON (retried every {} cycles)",
+            crate::controller::DAMON_RETRY_CYCLES
+        ),
+        PromotionMode::Tierd => tracing::info!(
+            numa_balancing = nb,
+            "DAMON claimed: tierd promotes (promotion = \"tierd\"), the kernel's promotion off"
+        ),
+    }
 }
 
 /// Runs the daemon until SIGTERM or SIGINT, then restores every kernel and
@@ -259,8 +295,12 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
     tracing::info!(addr = %cfg.listen_addr(), "serving /metrics and /status");
 
     let mut knobs = KernelKnobs::with_journal(journal.0.clone());
+    let mut promotion = controller.promotion();
     if !controller.observe_only() {
-        apply_knobs(&cfg, &mut knobs)?;
+        if promotion != cfg.daemon.promotion {
+            switch_promotion(&controller, promotion, &mut knobs);
+        }
+        apply_knobs(&cfg, promotion, &mut knobs)?;
     }
 
     let mut ready = false;
@@ -302,6 +342,10 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
         .await
         .context("control-loop cycle panicked")?;
         controller = c;
+        if !controller.observe_only() && controller.promotion() != promotion {
+            promotion = controller.promotion();
+            switch_promotion(&controller, promotion, &mut knobs);
+        }
         if let Err(e) = res {
             metrics.loop_errors.inc();
             tracing::warn!(
@@ -327,4 +371,30 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
     let _ = stop_http.send(());
     let _ = server.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// `kernel.numa_balancing` follows the promotion mode in effect: the
+    /// tiering bit off while tierd promotes, on while `promotion = "tierd"`
+    /// falls back to the kernel's, and the config's value (or the host's)
+    /// with `promotion = "kernel"`.
+    #[test]
+    fn numa_balancing_follows_the_promotion_in_effect() {
+        let mut cfg = Config::parse("", Path::new("t.toml")).unwrap();
+        let (k, t) = (PromotionMode::Kernel, PromotionMode::Tierd);
+        assert_eq!(numa_balancing_for(&cfg, k), Some(2));
+        cfg.daemon.numa_balancing = None;
+        assert_eq!(numa_balancing_for(&cfg, k), None, "the host's value stays");
+        cfg.daemon.promotion = t;
+        assert_eq!(numa_balancing_for(&cfg, t), Some(0));
+        assert_eq!(numa_balancing_for(&cfg, k), Some(2));
+        cfg.daemon.numa_balancing = Some(2);
+        assert_eq!(numa_balancing_for(&cfg, t), Some(0));
+        assert_eq!(numa_balancing_for(&cfg, k), Some(2));
+    }
 }

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub tiered: bool,
+    /// The promotion mode in effect: "kernel" or "tierd" (`promotion =
+    /// "tierd"` shows "kernel" while DAMON is unavailable and the kernel's
+    /// NUMA balancing promotes instead).
     pub promotion: String,
     pub fast_nodes: Vec<u32>,
     pub lower_nodes: Vec<u32>,

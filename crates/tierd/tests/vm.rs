@@ -73,6 +73,15 @@ fn nodes(out: &str, cgroup: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The rest of the first line that starts with `key ` (trimmed); panics
+/// with the whole output when there is none.
+fn field(out: &str, key: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {key} line:\n{out}"))
+}
+
 fn container<'a>(s: &'a Status, name: &str) -> Option<&'a ContainerStatus> {
     s.containers.iter().find(|c| c.container == name)
 }
@@ -1438,11 +1447,9 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let phase = |name: &str| -> f64 {
-        g.output
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("PHASE {name} ")))
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no PHASE {name} line:\n{}", g.output))
+        let t = field(&g.output, &format!("PHASE {name}"));
+        t.parse()
+            .unwrap_or_else(|_| panic!("PHASE {name} {t}: not seconds\n{}", g.output))
     };
     let (promote_at, demote_at) = (phase("promote"), phase("demote"));
     let reps = reports(&g.output, "a");
@@ -1696,11 +1703,7 @@ until [ "$(refused)" -eq "$last" ]; do
 done
 echo 0 > $HP
 echo "RELEASED free=$(free_mib)"
-i=0
-until [ "$(node_mib tenants.slice/a 0)" -ge 44 ]; do
-    i=$((i + 1)); [ $i -gt 60 ] && break
-    sleep 1
-done
+wait_fast tenants.slice/a 44 60
 emit_node tenants.slice/a
 emit_status
 kill -TERM $TIERD; wait $TIERD
@@ -1913,6 +1916,108 @@ echo "PHASE stopped"; kdamonds
     assert!(g.output.lines().any(|l| l == "EXIT 0"), "{}", g.output);
     assert_eq!(after("stopped"), "KDAMONDS 0", "{}", g.output);
     assert!(!g.output.contains("panicked"), "{}", g.output);
+}
+
+/// `promotion = "tierd"` finds the pages to promote with DAMON. While DAMON
+/// is unavailable (DAMON_STAT's exclusive kdamond on 7.x, someone else's
+/// kdamond on 6.12) nothing would promote at all; tierd turns the kernel's
+/// NUMA-balancing promotion on instead (mode 2), says so in `/status`, and
+/// the hot set on the lower tier is promoted. Once DAMON is free, tierd
+/// claims it within its retry (30 cycles), turns the kernel's promotion off
+/// again and promotes itself; at SIGTERM the host's value is back.
+#[test]
+fn tierd_promotion_falls_back_to_the_kernels_while_damon_is_unavailable() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+S=/sys/module/damon_stat/parameters/enabled
+D=/sys/kernel/mm/damon/admin/kdamonds
+if [ -f $S ] && [ "$(cat $S)" = Y ]; then
+    BLOCKER=damon_stat
+else
+    BLOCKER=foreign
+    echo 1 > $D/nr_kdamonds
+    echo 1 > $D/0/contexts/nr_contexts
+    echo paddr > $D/0/contexts/0/operations
+fi
+echo "BLOCKER $BLOCKER"
+hot_set_on_node1
+NB=/proc/sys/kernel/numa_balancing
+# The host's own value, which tierd must give back whatever it switched.
+echo 1 > $NB
+echo "NB_BEFORE $(cat $NB)"
+# The kernel's scan period grows to 60 s after a few passes over a task
+# (docs/NOTES.md "NUMA balancing's scan period"); at 1 s every pass offers
+# the hot set again and the wait below is bounded by the promotion, not by
+# where the period stands.
+DBG=/sys/kernel/debug/sched/numa_balancing
+[ -d $DBG ] || mount -t debugfs none /sys/kernel/debug
+echo 1000 > $DBG/scan_period_max_ms
+printf '[daemon]\ninterval = "1s"\npromotion = "tierd"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+wait_cycles 2 || exit 1
+echo "NB_FALLBACK $(cat $NB)"
+emit_status
+wait_fast tenants.slice/a 40 120
+emit_node tenants.slice/a
+if [ $BLOCKER = damon_stat ]; then echo N > $S; else echo 0 > $D/nr_kdamonds; fi
+i=0
+until [ "$(cat $NB)" = 0 ]; do
+    i=$((i + 1)); [ $i -gt 90 ] && break
+    sleep 1
+done
+echo "NB_CLAIMED $(cat $NB)"
+next_cycle || exit 1
+emit_status
+kill -TERM $TIERD; wait $TIERD
+echo "NB_AFTER $(cat $NB)"
+echo "TIERD_LOG"; grep -Ei 'promot|DAMON' /tmp/tierd.log | grep -v DEBUG | tail -8
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let line = |key: &str| field(&g.output, key);
+    assert_eq!(line("NB_BEFORE"), "1", "{}", g.output);
+    assert_eq!(
+        line("NB_FALLBACK"),
+        "2",
+        "the kernel's promotion was not turned on while DAMON was unavailable:\n{}",
+        g.output
+    );
+    let st = statuses(&g.output);
+    assert_eq!(st.len(), 2, "{}", g.output);
+    assert!(
+        st[0].promotion == "kernel" && st[0].hotness.starts_with("usage ("),
+        "status while DAMON is held: promotion {:?}, hotness {:?}",
+        st[0].promotion,
+        st[0].hotness
+    );
+    let n = nodes(&g.output, "tenants.slice/a");
+    assert!(
+        n.len() == 2 && n[0].0 < 8 && n[1].0 >= 40,
+        "the hot set (48 MiB) on DRAM before tierd and after the kernel's promotion, MiB: {n:?}\n{}",
+        g.output
+    );
+    assert_eq!(
+        line("NB_CLAIMED"),
+        "0",
+        "DAMON was freed but tierd did not take promotion back:\n{}",
+        g.output
+    );
+    assert!(
+        st[1].promotion == "tierd" && st[1].hotness == "damon",
+        "status once DAMON is claimed: promotion {:?}, hotness {:?}",
+        st[1].promotion,
+        st[1].hotness
+    );
+    assert_eq!(
+        line("NB_AFTER"),
+        "1",
+        "the host's kernel.numa_balancing was not restored:\n{}",
+        g.output
+    );
 }
 
 /// tierd's kdamonds are gone after it stops; after `kill -9` they keep

@@ -126,8 +126,15 @@ impl PromotionGate {
     /// Limits or opens the kernel's promotion for this cycle's plan.
     /// Failures are logged (a knob missing: once, and it is left alone);
     /// the cycle goes on either way.
-    pub(super) fn apply(&mut self, cfg: &Config, plan: &Plan, names: &dyn Fn(u64) -> String) {
-        let kernel = cfg.daemon.promotion == PromotionMode::Kernel;
+    /// `promotion`: the mode in effect (`Controller::promotion`).
+    pub(super) fn apply(
+        &mut self,
+        cfg: &Config,
+        promotion: PromotionMode,
+        plan: &Plan,
+        names: &dyn Fn(u64) -> String,
+    ) {
+        let kernel = promotion == PromotionMode::Kernel;
         let rate = cfg.limits.steady_promote_rate.0;
         let want = (kernel && rate > 0 && plan.steady).then_some(rate >> 20);
         let path = cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT);
@@ -234,13 +241,13 @@ mod tests {
         let scan = || read(cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX));
         let names = |id: u64| id.to_string();
         let mut g = PromotionGate::default();
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "2000"));
         assert!(!g.limited() && g.scan_paced());
-        g.apply(&cfg, &plan(true), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(true), &names);
         assert_eq!((rate().as_str(), scan().as_str()), ("4", "60000"));
         assert!(g.limited() && !g.scan_paced());
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "2000"));
         g.restore();
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "60000"));
@@ -257,7 +264,7 @@ mod tests {
         let names = |id: u64| id.to_string();
         fs::write(&path, "1000\n").unwrap();
         let mut g = PromotionGate::default();
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!(read(path.clone()), "1000");
         g.restore();
         assert_eq!(read(path.clone()), "1000");
@@ -265,21 +272,21 @@ mod tests {
         fs::write(&path, "60000\n").unwrap();
         cfg.limits.promote_scan_period = Duration::ZERO;
         let mut g = PromotionGate::default();
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!(read(path.clone()), "60000");
         assert!(!g.scan_paced());
 
         cfg.limits.promote_scan_period = Duration::from_secs(2);
         cfg.daemon.promotion = PromotionMode::Tierd;
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!(read(path.clone()), "60000");
 
         cfg.daemon.promotion = PromotionMode::Kernel;
         fs::remove_file(&path).unwrap();
         let mut g = PromotionGate::default();
-        g.apply(&cfg, &plan(false), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert!(g.scan.off && !g.scan_paced());
-        g.apply(&cfg, &plan(true), &names);
+        g.apply(&cfg, cfg.daemon.promotion, &plan(true), &names);
         assert!(g.limited(), "the rate half still works");
         assert!(!path.exists(), "nothing written where the knob was missing");
     }

@@ -36,7 +36,7 @@ impl Controller {
         let lower = self.topo.lower_nodes();
         let mut status = Status {
             tiered: !self.observe_only,
-            promotion: self.cfg.daemon.promotion.as_str().into(),
+            promotion: self.promotion().as_str().into(),
             fast_nodes: fast.iter().copied().collect(),
             lower_nodes: self.topo.lower_nodes().iter().copied().collect(),
             fast_capacity_bytes: snapshot.fast_capacity_bytes,
