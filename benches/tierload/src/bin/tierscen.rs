@@ -279,6 +279,52 @@ fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
 /// NUMA-balancing promotion until a reclaim frees a page on it, so a run
 /// after one that left it so would measure a crippled kernel. Revives such
 /// a node with a root `memory.reclaim` write and says so (`HOST_RESET`).
+/// DAMON_STAT's switch (Linux 6.17+; on from boot in Debian's 7.x kernels).
+const DAMON_STAT: &str = "/sys/module/damon_stat/parameters/enabled";
+
+/// DAMON_STAT turned off for a mode whose config needs DAMON, as an
+/// operator does before running such a config (its kdamond is exclusive,
+/// and tierd never stops kdamonds it did not create); on again when
+/// dropped. The shipped defaults (`Mode::Tierd`, `Mode::Kernel`) run on the
+/// kernel as it boots.
+struct DamonStatOff(bool);
+
+impl DamonStatOff {
+    fn for_mode(mode: Mode) -> Self {
+        let needs_damon = matches!(
+            mode,
+            Mode::TierdPages | Mode::TierdDamos | Mode::TierdHot | Mode::TierdHeat
+        );
+        let on = fs::read_to_string(DAMON_STAT).is_ok_and(|s| s.trim() == "Y");
+        if !(needs_damon && on) {
+            return DamonStatOff(false);
+        }
+        match fs::write(DAMON_STAT, "N") {
+            Ok(()) => {
+                println!(
+                    "tierscen: DAMON_STAT off for {} (its config needs DAMON), on again after it",
+                    mode.label()
+                );
+                DamonStatOff(true)
+            }
+            Err(e) => {
+                println!("tierscen: cannot turn DAMON_STAT off ({DAMON_STAT}: {e}); tierd runs without DAMON");
+                DamonStatOff(false)
+            }
+        }
+    }
+}
+
+impl Drop for DamonStatOff {
+    fn drop(&mut self) {
+        if self.0 {
+            if let Err(e) = fs::write(DAMON_STAT, "Y") {
+                println!("tierscen: cannot turn DAMON_STAT back on ({DAMON_STAT}: {e})");
+            }
+        }
+    }
+}
+
 fn revive_given_up_nodes(scenario: &str, mode: Mode) {
     let path = Path::new("/proc/zoneinfo");
     let read = || {
@@ -671,6 +717,7 @@ fn run_mode(
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     revive_given_up_nodes(&sc.name, mode);
     let mut tierd: Option<Child> = None;
+    let _damon_stat = DamonStatOff::for_mode(mode);
     let watchdog_pings = Arc::new(Mutex::new(0u64));
     let mut addr = String::from("127.0.0.1:9464");
     match mode {
