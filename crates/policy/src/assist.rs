@@ -39,6 +39,14 @@ use crate::model::{AssistState, ContainerId};
 /// swapping under 1 MiB a cycle.
 pub const SWAP_IDLE_CYCLES: u32 = 3;
 
+/// Most doublings of the wait before an assist after assists that found
+/// nothing hot on the lower tier (10 s → 20, 40, 80 s at the default
+/// `assist_after`). A container left just under target − band with only
+/// cold pages on the lower tier was assisted every 20 s, each time a
+/// kdamond start and a DAMON warm-up for nothing (docs/NOTES.md "The CXL
+/// cold-hog on 7.3 with DAMON_STAT off": 152 ms of DAMON per cycle).
+pub const MAX_COLD_BACKOFF: u32 = 3;
+
 /// One container's input to [`observe`].
 pub(crate) struct Progress {
     pub id: ContainerId,
@@ -101,19 +109,29 @@ pub(crate) fn observe(
                 since_ms: now_ms,
                 assisted: false,
                 idle_swaps: 0,
+                cold_ends: 0,
             });
             s.idle_swaps = 0;
             if s.assisted {
                 if c.lower_hot_bytes == Some(0) {
-                    // Nothing hot down there: back off for another period.
+                    // Nothing hot down there: back off for another period,
+                    // twice as long after each such assist in a row.
                     s.assisted = false;
                     s.since_ms = now_ms;
+                    s.cold_ends = s.cold_ends.saturating_add(1);
+                } else if c.promoted_bytes >= c.progress_min_bytes.max(1) {
+                    // This assist moves pages: the cold streak is over.
+                    s.cold_ends = 0;
                 }
             } else if c.promoted_bytes >= c.progress_min_bytes.max(1) {
                 // The kernel (or recall) is still bringing it up.
                 s.since_ms = now_ms;
-            } else if now_ms.saturating_sub(s.since_ms) >= after_ms {
-                s.assisted = true;
+                s.cold_ends = 0;
+            } else {
+                let wait = after_ms << s.cold_ends.saturating_sub(1).min(MAX_COLD_BACKOFF);
+                if now_ms.saturating_sub(s.since_ms) >= wait {
+                    s.assisted = true;
+                }
             }
             s.assisted
         })

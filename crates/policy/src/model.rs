@@ -405,6 +405,10 @@ pub struct AssistState {
     /// band was promoted for it: the within-share swap ends after
     /// `assist::SWAP_IDLE_CYCLES` of them.
     pub idle_swaps: u32,
+    /// Assists in a row that found nothing hot on its lower tier (reset
+    /// when something is promoted for it): each one doubles the wait
+    /// before the next, up to [`crate::assist::MAX_COLD_BACKOFF`] doublings.
+    pub cold_ends: u32,
 }
 
 /// Steady-state detector state (see [`Plan::steady`]).

@@ -1259,6 +1259,54 @@ fn the_assist_backs_off_when_nothing_hot_is_down_there_and_ends_at_the_target() 
     }
 }
 
+/// Assists that find nothing hot in a row wait twice as long each time
+/// (10, 20, 40, 80, 80 s at 2 s cycles), and a promotion for the container
+/// starts the count again.
+#[test]
+fn assists_that_find_nothing_hot_back_off_in_doublings() {
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    // Cycles between one assist's end (nothing hot) and the next start.
+    let mut gaps = Vec::new();
+    let mut ended_at = None;
+    for cycle in 0..200u64 {
+        let before = st.assist.get(&2).is_some_and(|a| a.assisted);
+        s.containers[1].lower_hot_bytes = before.then_some(0);
+        let assisted = solve(&s, &p, &mut st).get(2).unwrap().assisted;
+        if before && !assisted {
+            ended_at = Some(cycle);
+        }
+        if !before && assisted {
+            if let Some(e) = ended_at.take() {
+                gaps.push(cycle - e);
+            }
+        }
+        if gaps.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(
+        gaps,
+        [5, 10, 20, 40, 40],
+        "cycles of 2 s: 10, 20, 40, 80, 80 s"
+    );
+    // The fifth assist moves pages: the streak is over, and once it ends
+    // the next wait is one period again.
+    s.containers[1].lower_hot_bytes = Some(64 * MIB);
+    s.containers[1].migrations.promoted_bytes = 4 * MIB;
+    assert!(solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    assert_eq!(st.assist[&2].cold_ends, 0);
+    s.containers[1].migrations.promoted_bytes = 0;
+    s.containers[1].lower_hot_bytes = Some(0);
+    assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    s.containers[1].lower_hot_bytes = None;
+    let mut waited = 0;
+    while !solve(&s, &p, &mut st).get(2).unwrap().assisted {
+        waited += 1;
+    }
+    assert_eq!(waited, 4, "assisted at the 5th cycle after the promotion");
+}
+
 /// assist_case's newcomer, assisted (six cycles under its target), then at
 /// its band (target 500 MiB, its usage; band 16 MiB) with 8 MiB of hot
 /// regions still on its lower tier, e.g. its never-touched first pages

@@ -381,7 +381,7 @@ proptest! {
         // assist's claims and the within-share swap are exercised.
         let mut st = PolicyState::default();
         for c in &s.containers {
-            st.assist.insert(c.id, AssistState { since_ms: 0, assisted: true, idle_swaps: 0 });
+            st.assist.insert(c.id, AssistState { since_ms: 0, assisted: true, idle_swaps: 0, cold_ends: 0 });
         }
         let plan = solve(&s, &p, &mut st);
         let mut discretionary = 0u128;
