@@ -273,12 +273,6 @@ fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
     Ok((f, l))
 }
 
-/// Every mode starts from a host whose kernel reclaims every node: a node
-/// the kernel gave up on (`node_unreclaimable` in /proc/zoneinfo, after 16
-/// kswapd runs that reclaimed nothing) gets neither kswapd demotion nor
-/// NUMA-balancing promotion until a reclaim frees a page on it, so a run
-/// after one that left it so would measure a crippled kernel. Revives such
-/// a node with a root `memory.reclaim` write and says so (`HOST_RESET`).
 /// DAMON_STAT's switch (Linux 6.17+; on from boot in Debian's 7.x kernels).
 const DAMON_STAT: &str = "/sys/module/damon_stat/parameters/enabled";
 
@@ -325,6 +319,12 @@ impl Drop for DamonStatOff {
     }
 }
 
+/// Every mode starts from a host whose kernel reclaims every node: a node
+/// the kernel gave up on (`node_unreclaimable` in /proc/zoneinfo, after 16
+/// kswapd runs that reclaimed nothing) gets neither kswapd demotion nor
+/// NUMA-balancing promotion until a reclaim frees a page on it, so a run
+/// after one that left it so would measure a crippled kernel. Revives such
+/// a node with a root `memory.reclaim` write and says so (`HOST_RESET`).
 fn revive_given_up_nodes(scenario: &str, mode: Mode) {
     let path = Path::new("/proc/zoneinfo");
     let read = || {

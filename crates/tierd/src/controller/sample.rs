@@ -39,7 +39,7 @@ impl Controller {
                             "DAMON unavailable: no promotion assist (daemon.assist_after), the kernel's NUMA balancing alone promotes; retrying every {DAMON_RETRY_CYCLES} cycles");
                     } else {
                         tracing::error!(error = %e,
-                            "DAMON unavailable: demand falls back to usage and tierd moves no pages itself (with promotion = \"tierd\" the kernel's NUMA balancing promotes meanwhile); retrying every {DAMON_RETRY_CYCLES} cycles");
+                            "DAMON unavailable: demand falls back to usage and tierd moves no pages itself; retrying every {DAMON_RETRY_CYCLES} cycles");
                     }
                 }
                 self.hot.off_reason = Some(reason);
