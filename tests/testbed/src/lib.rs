@@ -56,6 +56,15 @@ pub enum Error {
         console_tail: String,
         qemu_stderr: String,
     },
+    /// The guest's kernel did not reach init within
+    /// [`VmConfig::boot_timeout`](crate::VmConfig::boot_timeout) in any of
+    /// `attempts` boots; QEMU was killed each time.
+    #[error("guest did not reach init in {after:?} in {attempts} boot(s); QEMU was killed\nconsole tail of the last boot:\n{console_tail}")]
+    BootHung {
+        after: Duration,
+        attempts: u32,
+        console_tail: String,
+    },
     /// A kernel panic, BUG or Oops appeared on the console.
     #[error("kernel failure in the guest:\n{excerpt}")]
     Kernel { excerpt: String },

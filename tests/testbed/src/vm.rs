@@ -90,6 +90,14 @@ pub struct VmConfig {
     pub cxl_mib: u64,
     /// Wall-clock limit for boot + script + power-off (default 10 min).
     pub timeout: Duration,
+    /// Wall-clock limit from starting QEMU to the init's first line (default
+    /// 2 min, about 25× a TCG boot here); past it the boot counts as hung.
+    pub boot_timeout: Duration,
+    /// Boots tried before a hung boot is [`Error::BootHung`] (default 3).
+    /// Seen once in CI: Linux 7.3 under TCG stopped for good right after
+    /// "clocksource: Switched to clocksource tsc-early", before init ran.
+    /// Nothing of the script has run then, so booting again repeats nothing.
+    pub boot_attempts: u32,
     /// Host executables, copied to `/usr/local/bin/<file name>` with the shared
     /// libraries and loader `ldd` names for them.
     pub binaries: Vec<PathBuf>,
@@ -125,6 +133,8 @@ impl Default for VmConfig {
             dram_mib: 1024,
             cxl_mib: 1024,
             timeout: Duration::from_secs(600),
+            boot_timeout: Duration::from_secs(120),
+            boot_attempts: 3,
             binaries: Vec::new(),
             files: Vec::new(),
             modules: Vec::new(),
@@ -267,11 +277,40 @@ static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// `/dev/null`, cgroup2 mounted at `/sys/fs/cgroup` with memory, cpuset, cpu,
 /// io enabled in the root), powers off and returns its exit code and output.
 ///
+/// A boot that does not reach init within [`VmConfig::boot_timeout`] is
+/// killed and tried again, up to [`VmConfig::boot_attempts`] boots, with a
+/// line on stderr naming the console's last line.
+///
 /// Errors: [`Error::NotSetUp`] (run `cargo xtask setup`), [`Error::Boot`],
-/// [`Error::Kernel`] (panic/BUG/Oops on the console, even if the script
-/// succeeded), [`Error::Timeout`] (QEMU is killed), [`Error::MissingTiers`]
-/// (checked before the script runs), [`Error::NoExit`].
+/// [`Error::BootHung`] (every boot hung), [`Error::Kernel`] (panic/BUG/Oops
+/// on the console, even if the script succeeded), [`Error::Timeout`] (QEMU is
+/// killed), [`Error::MissingTiers`] (checked before the script runs),
+/// [`Error::NoExit`].
 pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
+    let attempts = cfg.boot_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        match run_once(cfg, script, attempt) {
+            Err(Error::BootHung {
+                after,
+                console_tail,
+                ..
+            }) if attempt < attempts => {
+                let last = console_tail.lines().last().unwrap_or("").trim();
+                eprintln!(
+                    "testbed: the guest did not reach init in {after:?} (last console line: \
+                     {last:?}); booting again ({} of {attempts})",
+                    attempt + 1
+                );
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// One boot of [`run`]; `attempt` (1-based) only labels [`Error::BootHung`].
+fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
     let assets = Assets::find_for(cfg.kernel)?;
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = cfg.clone();
@@ -355,6 +394,7 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
     let mut boot_duration = None;
     let mut exit_seen: Option<Instant> = None;
     let mut timed_out = false;
+    let mut boot_hung = false;
     let mut tail = OutputTail::new(out_path.clone(), cfg.echo, cfg.echo_output);
     loop {
         if child.try_wait().ok().flatten().is_some() {
@@ -374,6 +414,12 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
         tail.poll();
         if exit_seen.is_some_and(|t| t.elapsed() > Duration::from_secs(15)) {
             // Powered off but QEMU lingers: the result is in.
+            kill(&mut child);
+            break;
+        }
+        if boot_duration.is_none() && started.elapsed() > cfg.boot_timeout.min(cfg.timeout) {
+            boot_hung = cfg.boot_timeout < cfg.timeout;
+            timed_out = !boot_hung;
             kill(&mut child);
             break;
         }
@@ -401,6 +447,13 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
 
     if let Some(excerpt) = kernel_failure(&console) {
         return Err(Error::Kernel { excerpt });
+    }
+    if boot_hung && boot_duration.is_none() {
+        return Err(Error::BootHung {
+            after: cfg.boot_timeout,
+            attempts: attempt,
+            console_tail: last_lines(&console, 30),
+        });
     }
     let exit_code =
         parse_exit(&raw_out, &exit_marker).or_else(|| parse_exit(&console, &exit_marker));

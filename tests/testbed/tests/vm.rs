@@ -112,6 +112,31 @@ fn timeout_is_an_error() {
 }
 
 #[test]
+fn a_boot_that_does_not_reach_init_is_tried_again_then_an_error() {
+    // No kernel reaches init in 1 s under TCG (boots take 4–5 s here), so
+    // every boot counts as hung: two boots, then the error.
+    let cfg = VmConfig {
+        boot_timeout: Duration::from_secs(1),
+        boot_attempts: 2,
+        ..cfg(120)
+    };
+    let started = std::time::Instant::now();
+    match run(&cfg, "echo should not run") {
+        Err(Error::BootHung {
+            after, attempts, ..
+        }) => {
+            assert_eq!((after, attempts), (Duration::from_secs(1), 2));
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        r => panic!("expected a hung boot after two boots, got {r:?}"),
+    }
+}
+
+#[test]
 fn missing_tiers_is_an_error() {
     let cfg = VmConfig {
         expect_tiers: 3,
