@@ -449,6 +449,17 @@ impl CgroupFs {
         reclaim_outcome(&dir, &path, r)
     }
 
+    /// Like [`Self::reclaim`], file pages only: `<bytes> swappiness=0`
+    /// (cgroup-v2.rst "memory.reclaim": cgroup reclaim with swappiness 0
+    /// scans the file LRU only). EINVAL ([`Error::Write`]) on a kernel
+    /// without the `swappiness=` argument.
+    pub fn reclaim_file(&self, rel: &str, bytes: u64) -> Result<ReclaimOutcome> {
+        let dir = self.dir(rel);
+        let path = dir.join("memory.reclaim");
+        let r = write_once(&path, format!("{bytes} swappiness=0").as_bytes());
+        reclaim_outcome(&dir, &path, r)
+    }
+
     /// Writes `memory.low` (`max` or bytes; the kernel rounds down to pages).
     pub fn set_memory_low(&self, rel: &str, value: Limit) -> Result<()> {
         self.write(rel, "memory.low", value.to_string().as_bytes())

@@ -6,5 +6,6 @@
 //! `/proc/kpageflags`). Every rule it relies on is cited from the kernel
 //! source or documentation in the module that relies on it.
 
+pub mod cxl;
 pub mod mover;
 pub mod topology;

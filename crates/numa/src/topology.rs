@@ -262,14 +262,14 @@ pub struct Topology {
     pub kernel_tiers: bool,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> TopologyError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> TopologyError + '_ {
     move |source| TopologyError::Io {
         path: path.to_path_buf(),
         source,
     }
 }
 
-fn parse_err(path: &Path, line: usize, reason: impl Into<String>) -> TopologyError {
+pub(crate) fn parse_err(path: &Path, line: usize, reason: impl Into<String>) -> TopologyError {
     TopologyError::Parse {
         path: path.to_path_buf(),
         line,
@@ -277,7 +277,7 @@ fn parse_err(path: &Path, line: usize, reason: impl Into<String>) -> TopologyErr
     }
 }
 
-fn read(path: &Path) -> Result<String> {
+pub(crate) fn read(path: &Path) -> Result<String> {
     let bytes = fs::read(path).map_err(io_err(path))?;
     String::from_utf8(bytes).map_err(|_| parse_err(path, 1, "not UTF-8 text"))
 }
@@ -421,6 +421,27 @@ fn read_tiers(sysfs: &Path) -> Result<Option<Vec<Tier>>> {
     Ok(if tiers.is_empty() { None } else { Some(tiers) })
 }
 
+/// Smallest change of a node's `MemTotal` that counts as capacity going or
+/// coming ([`Topology::changes`]): memory hotplug moves whole memory blocks
+/// (`/sys/devices/system/memory/block_size_bytes`, 128 MiB or more on
+/// x86-64), so 1 MiB ignores nothing real and no rounding noise.
+pub const CAPACITY_STEP_BYTES: u64 = 1 << 20;
+
+/// How one node differs between two readings of the topology
+/// ([`Topology::changes`]). `None` means the node was not online (before)
+/// or is not online any more (after), or had no tier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeChange {
+    pub node: u32,
+    /// `MemTotal` before and after, bytes.
+    pub before_bytes: Option<u64>,
+    pub after_bytes: Option<u64>,
+    /// The kernel memory tier before and after (a node whose memory all
+    /// went offline leaves its tier: mm/memory-tiers.c, `MEM_OFFLINE`).
+    pub tier_before: Option<u32>,
+    pub tier_after: Option<u32>,
+}
+
 impl Topology {
     /// Reads nodes and tiers under `sysfs` (normally [`DEFAULT_SYSFS_ROOT`]).
     /// Errors name the file; a host without NUMA sysfs gives
@@ -482,6 +503,36 @@ impl Topology {
             n.mem_free_bytes = free;
         }
         Ok(())
+    }
+
+    /// The nodes whose capacity or tier differs in `newer`, by node id:
+    /// a node that came or went, memory blocks onlined or offlined
+    /// (`MemTotal` moved by [`CAPACITY_STEP_BYTES`] or more), a node moved
+    /// between tiers. Free memory is not a change.
+    pub fn changes(&self, newer: &Topology) -> Vec<NodeChange> {
+        let ids: BTreeSet<u32> = self
+            .nodes
+            .iter()
+            .chain(&newer.nodes)
+            .map(|n| n.id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| {
+                let (a, b) = (self.node(id), newer.node(id));
+                let c = NodeChange {
+                    node: id,
+                    before_bytes: a.map(|n| n.mem_total_bytes),
+                    after_bytes: b.map(|n| n.mem_total_bytes),
+                    tier_before: a.and_then(|n| n.tier),
+                    tier_after: b.and_then(|n| n.tier),
+                };
+                let moved = match (c.before_bytes, c.after_bytes) {
+                    (Some(x), Some(y)) => x.abs_diff(y) >= CAPACITY_STEP_BYTES,
+                    (x, y) => x != y,
+                };
+                (moved || c.tier_before != c.tier_after).then_some(c)
+            })
+            .collect()
     }
 
     pub fn node(&self, id: u32) -> Option<&NodeInfo> {
@@ -1093,6 +1144,54 @@ mod tests {
             n1.hmat.map(|h| (h.read_latency_ns, h.read_bandwidth_mb_s)),
             Some((250, 77824))
         );
+    }
+
+    /// Offlining part of the CXL node's memory, all of it, and onlining it
+    /// again, as the kernel shows it: MemTotal moves by whole blocks and a
+    /// node without memory leaves its tier.
+    #[test]
+    fn changes_name_the_nodes_whose_capacity_or_tier_moved() {
+        let root = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/linux-6.12-cxl/sys"
+        ));
+        let t = Topology::discover(root).unwrap();
+        assert_eq!(t.changes(&t), vec![]);
+        let mut freer = t.clone();
+        freer.nodes[1].mem_free_bytes /= 2;
+        freer.nodes[0].mem_total_bytes -= CAPACITY_STEP_BYTES - 1;
+        assert_eq!(
+            t.changes(&freer),
+            vec![],
+            "free memory and sub-MiB noise are not changes"
+        );
+        let mut shrunk = t.clone();
+        shrunk.nodes[1].mem_total_bytes -= 256 << 20;
+        assert_eq!(
+            t.changes(&shrunk),
+            vec![NodeChange {
+                node: 1,
+                before_bytes: Some(1 << 30),
+                after_bytes: Some(768 << 20),
+                tier_before: Some(22),
+                tier_after: Some(22),
+            }]
+        );
+        let mut gone = t.clone();
+        gone.nodes[1].mem_total_bytes = 0;
+        gone.nodes[1].tier = None;
+        gone.tiers.retain(|x| x.id != 22);
+        assert!(!gone.is_tiered() && t.is_tiered());
+        let c = t.changes(&gone);
+        assert_eq!(
+            (c.len(), c[0].tier_after, c[0].after_bytes),
+            (1, None, Some(0))
+        );
+        // Back again: the same change the other way.
+        assert_eq!(gone.changes(&t)[0].after_bytes, Some(1 << 30));
+        let mut offline = t.clone();
+        offline.nodes.retain(|n| n.id != 1);
+        assert_eq!(t.changes(&offline)[0].after_bytes, None);
     }
 
     /// Both captures' zoneinfo parse; neither has a node given up.

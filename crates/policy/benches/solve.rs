@@ -45,6 +45,7 @@ fn host(n: usize) -> Snapshot {
                     },
                     weight: 1 + (next() % 1000) as u32,
                     opt_out: r % 50 == 0,
+                    offload: None,
                 },
                 migrations: Default::default(),
                 recallable_bytes: 0,

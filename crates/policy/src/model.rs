@@ -40,6 +40,39 @@ pub struct ContainerPolicy {
     /// Pinned to the fast tier (Vistara opt-out): its fast-tier usage is taken
     /// out of the shared pool and it is never demoted.
     pub opt_out: bool,
+    /// TMO-style offload of cold memory paced by memory pressure; `None`
+    /// for none. An offloading container's demand is what it holds on the
+    /// fast tier: the offload decides its footprint, the share the rest.
+    pub offload: Option<Offload>,
+}
+
+/// Offload of a container's cold memory, paced by its memory pressure
+/// (Weiner et al., "TMO: Transparent Memory Offloading in Datacenters",
+/// ASPLOS '22, and its userspace agent senpai): each interval reclaims a
+/// step of the container's memory while PSI `some avg10` is below
+/// `pressure_pct`, smaller as pressure nears it, none at or above it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Offload {
+    /// Threshold of `memory.pressure` `some avg10`, percent (0 < p ≤ 100).
+    pub pressure_pct: f64,
+    /// Share of `memory.current` reclaimed per interval at zero pressure
+    /// (0 < f ≤ 0.1).
+    pub step_fraction: f64,
+}
+
+impl Offload {
+    /// Bytes to reclaim this interval from a container using
+    /// `current_bytes` (`memory.current`) under `pressure_pct` (`some
+    /// avg10`): `current × step × (1 − pressure / threshold)`, senpai's
+    /// rule; 0 at or above the threshold (back off) and for a pressure that
+    /// is not a number.
+    pub fn step_bytes(&self, current_bytes: u64, pressure_pct: f64) -> u64 {
+        if pressure_pct.is_nan() || pressure_pct >= self.pressure_pct || self.pressure_pct <= 0.0 {
+            return 0;
+        }
+        let scale = 1.0 - pressure_pct.max(0.0) / self.pressure_pct;
+        (current_bytes as f64 * self.step_fraction.clamp(0.0, 1.0) * scale) as u64
+    }
 }
 
 impl Default for ContainerPolicy {
@@ -49,6 +82,7 @@ impl Default for ContainerPolicy {
             local_high: Share::Fraction(1.0),
             weight: 100,
             opt_out: false,
+            offload: None,
         }
     }
 }

@@ -501,6 +501,14 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         DemandSource::Usage => usage,
         DemandSource::HotSet => c.hot_bytes.map_or(usage, |h| h.min(usage)),
     };
+    // An offloading container holds on the fast tier what its pressure says
+    // it needs (the offload shrinks it, promotion of what it touches grows
+    // it): the share does not claim room back for what offload let go.
+    let demand_bytes = if c.policy.offload.is_some() {
+        demand_bytes.min(c.fast_bytes)
+    } else {
+        demand_bytes
+    };
     let local_high_bytes = c.policy.local_high.resolve(usage);
     let local_low_bytes = c.policy.local_low.resolve(usage).min(local_high_bytes);
     let pinned = c.policy.opt_out;

@@ -1406,3 +1406,67 @@ fn the_within_share_swap_is_bounded_by_both_token_buckets() {
     // A full promotion bucket (100 MiB) charged only the 4 MiB swapped.
     assert_eq!(st.promote_tokens[&2], (96 * MIB) as f64);
 }
+
+// ---- Offload (TMO-style, paced by pressure) -----------------------------------
+
+const TMO: Offload = Offload {
+    pressure_pct: 0.5,
+    step_fraction: 0.01,
+};
+
+#[test]
+fn offload_steps_follow_senpai_and_stop_at_the_threshold() {
+    // 1 % of 1 GiB at no pressure, half of it at half the threshold.
+    assert_eq!(TMO.step_bytes(GIB, 0.0), GIB / 100);
+    assert_eq!(TMO.step_bytes(GIB, 0.25), GIB / 200);
+    // At or above the threshold, and for garbage, nothing: back off.
+    for p in [0.5, 0.51, 80.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(TMO.step_bytes(GIB, p), 0, "pressure {p}");
+    }
+    // A negative reading (never from the kernel) counts as none.
+    assert_eq!(TMO.step_bytes(GIB, -1.0), GIB / 100);
+}
+
+#[test]
+fn an_offloading_container_keeps_what_it_holds_and_the_rest_goes_to_others() {
+    // 4 GiB fast tier. The offloading container used 3 GiB and holds 1 GiB
+    // on the fast tier after offload; the other wants 5 GiB.
+    let mut off = c(1, GIB, 2 * GIB);
+    off.policy.offload = Some(TMO);
+    let s = snap(4 * GIB, vec![off, c(2, GIB, 4 * GIB)]);
+    let plan = run(&s, &params());
+    // Its demand is what it holds: no room claimed back for what the
+    // offload let go, and it is not demoted by the share either.
+    let p1 = plan.get(1).unwrap();
+    assert_eq!(
+        (p1.demand_bytes, p1.target_bytes, p1.demote_bytes),
+        (GIB, GIB, 0)
+    );
+    // The other gets all the rest (work-conserving).
+    assert_eq!(target(&plan, 2), 3 * GIB);
+    // Without offload the two would split the tier.
+    let s = snap(4 * GIB, vec![c(1, GIB, 2 * GIB), c(2, GIB, 4 * GIB)]);
+    assert_eq!(target(&run(&s, &params()), 1), 2 * GIB);
+}
+
+proptest! {
+    /// The step never exceeds `current × step_fraction`, falls as pressure
+    /// rises, and is 0 from the threshold on.
+    #[test]
+    fn offload_step_is_bounded_and_falls_with_pressure(
+        current in 0..=u64::MAX >> 4,
+        threshold in 0.01f64..100.0,
+        fraction in 0.0001f64..0.1,
+        a in 0.0f64..150.0,
+        b in 0.0f64..150.0,
+    ) {
+        let o = Offload { pressure_pct: threshold, step_fraction: fraction };
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        let (s_lo, s_hi) = (o.step_bytes(current, lo), o.step_bytes(current, hi));
+        prop_assert!(s_hi <= s_lo);
+        prop_assert!(s_lo as f64 <= current as f64 * fraction + 1.0);
+        if hi >= threshold {
+            prop_assert_eq!(s_hi, 0);
+        }
+    }
+}

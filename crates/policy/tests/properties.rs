@@ -39,6 +39,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     local_high: high,
                     weight,
                     opt_out,
+                    offload: None,
                 },
                 migrations: Default::default(),
                 recallable_bytes: 0,

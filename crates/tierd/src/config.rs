@@ -590,6 +590,60 @@ pub struct PolicyEntry {
     pub weight: u32,
     #[serde(default)]
     pub opt_out: bool,
+    /// Demote the container's file pages (page cache) before its anonymous
+    /// pages: each demotion first asks `memory.reclaim` with
+    /// `swappiness=0` (file LRU only; cgroup-v2.rst "memory.reclaim",
+    /// Linux 6.12+ here), and only what that could not free comes from the
+    /// anonymous pages in LRU order. Page cache then sits on the lower tier
+    /// first, as Vistara places it. Default false.
+    #[serde(default)]
+    pub file_first: bool,
+    /// TMO-style offload of the container's cold memory, paced by its PSI
+    /// memory pressure (`offload = { pressure = "0.1%" }`); absent: none.
+    #[serde(default)]
+    pub offload: Option<OffloadSpec>,
+}
+
+/// `offload = { pressure = "0.1%", step = "1%" }` of a `[[policy]]`
+/// (docs/DESIGN.md "Policy semantics", offload).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffloadSpec {
+    /// Threshold of the container's `memory.pressure` `some avg10`, as a
+    /// percentage: offload runs below it and stops at it.
+    pub pressure: String,
+    /// Share of the container's `memory.current` reclaimed per interval
+    /// at zero pressure (default 1%, at most 10%).
+    #[serde(default = "default_offload_step")]
+    pub step: String,
+}
+
+fn default_offload_step() -> String {
+    "1%".into()
+}
+
+/// `"0.1%"` → 0.1; errors name what to write.
+fn parse_percent(s: &str, max: f64) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .strip_suffix('%')
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| format!("{s:?} is not a percentage (write e.g. \"0.1%\")"))?;
+    if !(v > 0.0 && v <= max) {
+        return Err(format!("{s:?} must be above 0% and at most {max}%"));
+    }
+    Ok(v)
+}
+
+impl OffloadSpec {
+    /// The policy crate's view; errors as [`parse_percent`]'s, for the key
+    /// the caller names.
+    fn resolve(&self) -> Result<policy::Offload, (&'static str, String)> {
+        Ok(policy::Offload {
+            pressure_pct: parse_percent(&self.pressure, 100.0).map_err(|e| ("pressure", e))?,
+            step_fraction: parse_percent(&self.step, 10.0).map_err(|e| ("step", e))? / 100.0,
+        })
+    }
 }
 
 fn zero_share() -> ShareSpec {
@@ -919,6 +973,26 @@ impl Config {
                     format!("{} must be between 1 and 10000", p.weight),
                 ));
             }
+            if let Some(o) = &p.offload {
+                if p.opt_out {
+                    return Err(bad(
+                        &key("offload"),
+                        "has no effect with opt_out = true (an opted-out container is never \
+                         reclaimed); remove one of them"
+                            .into(),
+                    ));
+                }
+                o.resolve()
+                    .map_err(|(k, e)| bad(&key(&format!("offload.{k}")), e))?;
+            }
+            if p.file_first && p.opt_out {
+                return Err(bad(
+                    &key("file_first"),
+                    "has no effect with opt_out = true (an opted-out container is never demoted); \
+                     remove one of them"
+                        .into(),
+                ));
+            }
             match (p.local_low, p.local_high) {
                 (ShareSpec::Bytes(lo), ShareSpec::Bytes(hi)) if lo > hi => {
                     return Err(bad(
@@ -985,6 +1059,8 @@ impl Config {
             local_high: p.local_high.to_share(),
             weight: p.weight,
             opt_out: p.opt_out,
+            // Validated at load: an invalid spec never reaches here.
+            offload: p.offload.as_ref().and_then(|o| o.resolve().ok()),
         }
     }
 
@@ -1113,6 +1189,8 @@ mod tests {
                         "local_low",
                         "local_high",
                         "opt_out",
+                        "file_first",
+                        "offload",
                         "band",
                         "demote_rate",
                         "sample_interval",
@@ -1358,6 +1436,30 @@ mod tests {
                 "local_low",
             ),
             ("[[policy]]\nlocal_low = \"1GiB\"\n", "match"),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nopt_out = true\nfile_first = true\n",
+                "policy[0].file_first",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nfile_first = \"yes\"\n",
+                "file_first",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\noffload = { pressure = \"0\" }\n",
+                "policy[0].offload.pressure",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\noffload = { pressure = \"0.1%\", step = \"50%\" }\n",
+                "policy[0].offload.step",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nopt_out = true\noffload = { pressure = \"1%\" }\n",
+                "policy[0].offload",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\noffload = { presure = \"1%\" }\n",
+                "presure",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(text).expect_err(text).to_string();

@@ -20,7 +20,9 @@ mod actuate;
 mod assist;
 mod cadence;
 mod gate;
+mod hotplug;
 mod moves;
+mod offload;
 mod publish;
 mod recall;
 mod revive;
@@ -156,6 +158,15 @@ pub struct Controller {
     /// Assisted containers at their target trading pages within their
     /// share (`ContainerPlan::swap_bytes`), for the log.
     swapping: HashSet<u64>,
+    /// CXL regions behind the nodes, read at start and on a topology
+    /// change (`hotplug.rs`).
+    cxl: Vec<numa::cxl::CxlRegion>,
+    /// The kernel refused `memory.reclaim`'s `swappiness=` (EINVAL):
+    /// `file_first` falls back to LRU order (logged once).
+    file_first_unsupported: bool,
+    /// `memory.pressure` some avg10 of each offloading container at its
+    /// last offload step (`offload.rs`), for the metrics and /status.
+    offload_pressure: HashMap<u64, f64>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -373,6 +384,9 @@ impl Controller {
             owed: HashSet::new(),
             swapping: HashSet::new(),
             gate: gate::PromotionGate::default(),
+            cxl: Vec::new(),
+            file_first_unsupported: false,
+            offload_pressure: HashMap::new(),
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -385,6 +399,7 @@ impl Controller {
             tracing::warn!("{DAMON_EBUSY_ENV}={n}: the first {n} DAMON writes fail with EBUSY");
             hotness::damon::inject_busy(n);
         }
+        c.read_cxl();
         c.setup_hotness();
         Ok(c)
     }
@@ -432,9 +447,7 @@ impl Controller {
         let managed = match checked {
             Some(m) => m,
             None => {
-                self.topo
-                    .refresh_free(&self.cfg.daemon.sysfs_root)
-                    .context("cannot refresh per-node free memory")?;
+                self.refresh_topology()?;
                 self.discover()?
             }
         };
@@ -541,8 +554,8 @@ impl Controller {
         }
 
         let recalling =
-            !self.observe_only && self.actuate(&managed, &snapshot, &plan, &fast, &mut phase);
-        if !self.observe_only {
+            self.actuating() && self.actuate(&managed, &snapshot, &plan, &fast, &mut phase);
+        if self.actuating() {
             let names = |id: u64| {
                 managed
                     .iter()

@@ -175,6 +175,26 @@ pub struct NodeLabels {
     pub tier: &'static str,
 }
 
+/// A CXL region onlined into a node (`tierd_cxl_region_bytes`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CxlRegionLabels {
+    pub node: u32,
+    pub region: String,
+    /// `ram` or `pmem`.
+    pub mode: String,
+}
+
+/// A CXL memory device in a region (`tierd_cxl_memdev_*`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CxlMemdevLabels {
+    pub node: u32,
+    pub region: String,
+    pub memdev: String,
+    /// The device serial number, `0x` hex as sysfs prints it.
+    pub serial: String,
+    pub firmware_version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InfoLabels {
     pub version: &'static str,
@@ -315,6 +335,8 @@ pub struct Metrics {
     pub container_numa_promotions: PerCgroup<PromotionLabels>,
     pub container_lower_hint_faults_per_second: Family<ContainerLabels, GaugeF>,
     pub container_repromoted_bytes: PerCgroup<ContainerLabels>,
+    pub container_offload_bytes: PerCgroup<ContainerLabels>,
+    pub container_memory_pressure: Family<ContainerLabels, GaugeF>,
     pub node_capacity_bytes: Family<NodeLabels, Gauge>,
     pub node_free_bytes: Family<NodeLabels, Gauge>,
     pub node_unreclaimable: Family<NodeLabels, Gauge>,
@@ -332,6 +354,9 @@ pub struct Metrics {
     /// Wall time spent per cycle phase, summed over cycles (seconds).
     pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub loop_errors: Counter,
+    pub topology_changes: Counter,
+    cxl_region_bytes: Family<CxlRegionLabels, Gauge>,
+    cxl_memdev_ram_bytes: Family<CxlMemdevLabels, Gauge>,
     info: Family<InfoLabels, Gauge>,
 }
 
@@ -388,6 +413,8 @@ impl Metrics {
             container_numa_promotions: reg!(@cgroup "tierd_container_numa_promotions", "Kernel NUMA-balancing migrations of the container's pages to a node, by outcome (candidate, dropped, migrated, failed); eBPF probe only"),
             container_lower_hint_faults_per_second: reg!("tierd_container_lower_tier_hint_faults_per_second", "Hint faults per second on the container's lower-tier pages (eBPF probe): the kernel's view of its lower-tier heat", Family::default()),
             container_repromoted_bytes: reg!(@cgroup "tierd_container_repromoted_bytes", "Bytes the kernel promoted (eBPF probe) that tierd had demoted with move_pages within the thrash window: exact ping-pong"),
+            container_offload_bytes: reg!(@cgroup "tierd_container_offload_bytes", "Bytes tierd asked the kernel to reclaim from an offloading container (policy offload: demotion from the fast tier, swap from the lower tier where the host has it), paced by its memory pressure"),
+            container_memory_pressure: reg!("tierd_container_memory_pressure_percent", "memory.pressure some avg10 of an offloading container (percent of wall time with a task stalled on memory), as tierd read it this cycle", Family::default()),
             node_capacity_bytes: reg!("tierd_node_capacity_bytes", "NUMA node MemTotal", Family::default()),
             node_free_bytes: reg!("tierd_node_free_bytes", "NUMA node MemFree", Family::default()),
             node_unreclaimable: reg!("tierd_node_unreclaimable", "1 while the kernel has stopped reclaiming the fast node (/proc/zoneinfo node_unreclaimable: kswapd reclaimed nothing 16 times in a row; no kswapd demotion or NUMA-balancing promotion into it)", Family::default()),
@@ -404,6 +431,9 @@ impl Metrics {
             lru_gen_agings: reg!("tierd_lru_gen_agings", "MGLRU agings (forced page-table walks of a memcg on one node, lru_gen's `+` command) run to make pages evictable before a demotion; their time is the `age` cycle phase", Counter::default()),
             cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: discover, damon, read, hint_faults, solve, protect, move, age, reclaim, recall, kswapd, publish", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
+            topology_changes: reg!("tierd_topology_changes", "Times tierd found a NUMA node's capacity or tier changed (memory blocks onlined or offlined, a node or tier came or went) and planned with the new capacity", Counter::default()),
+            cxl_region_bytes: reg!("tierd_cxl_region_bytes", "Capacity of a CXL region onlined as system RAM into a node (sysfs bus/cxl region size)", Family::default()),
+            cxl_memdev_ram_bytes: reg!("tierd_cxl_memdev_ram_bytes", "Volatile capacity of a CXL memory device backing a node, labelled with its region, serial number and firmware version (sysfs bus/cxl mem<N>; health is not in sysfs)", Family::default()),
             info: reg!("tierd_build_info", "tierd version and promotion mode", Family::default()),
             registry: r,
             names,
@@ -431,6 +461,7 @@ impl Metrics {
         self.container_numa_hint_faults.retain(alive);
         self.container_numa_promotions.retain(alive);
         self.container_repromoted_bytes.retain(alive);
+        self.container_offload_bytes.retain(alive);
     }
 
     /// Drops the per-container gauge series (not the counters) so that a
@@ -454,6 +485,34 @@ impl Metrics {
         self.container_damping_level.clear();
         self.container_pingpong_bytes_per_second.clear();
         self.container_lower_hint_faults_per_second.clear();
+        self.container_memory_pressure.clear();
+    }
+
+    /// Replaces the `tierd_cxl_*` series with `regions` (read at start and
+    /// after each topology change).
+    pub fn set_cxl(&self, regions: &[numa::cxl::CxlRegion]) {
+        self.cxl_region_bytes.clear();
+        self.cxl_memdev_ram_bytes.clear();
+        for r in regions {
+            self.cxl_region_bytes
+                .get_or_create(&CxlRegionLabels {
+                    node: r.node,
+                    region: r.name.clone(),
+                    mode: r.mode.clone(),
+                })
+                .set(gauge_bytes(r.size_bytes));
+            for m in &r.memdevs {
+                self.cxl_memdev_ram_bytes
+                    .get_or_create(&CxlMemdevLabels {
+                        node: r.node,
+                        region: r.name.clone(),
+                        memdev: m.name.clone(),
+                        serial: format!("{:#x}", m.serial),
+                        firmware_version: m.firmware_version.clone(),
+                    })
+                    .set(gauge_bytes(m.ram_bytes));
+            }
+        }
     }
 
     /// Marks the active hint-fault source (`ebpf` or `memory_stat`).

@@ -49,6 +49,10 @@ pub struct Status {
     pub mover: String,
     pub damon_targets: usize,
     pub kdamond_restarts: u64,
+    /// The CXL regions (and their memory devices) behind the nodes, from
+    /// sysfs; empty without CXL memory and in older tierd's /status.
+    #[serde(default)]
+    pub lower_devices: Vec<numa::cxl::CxlRegion>,
     pub containers: Vec<ContainerStatus>,
 }
 
@@ -82,4 +86,9 @@ pub struct ContainerStatus {
     /// Thrash damping level (0 = none) and ping-pong rate.
     pub damping_level: u32,
     pub pingpong_bytes_per_s: u64,
+    /// `memory.pressure` some avg10 (percent) of a container with
+    /// `offload`, as last read; absent otherwise and in older tierd's
+    /// /status.
+    #[serde(default)]
+    pub memory_pressure_percent: Option<f64>,
 }

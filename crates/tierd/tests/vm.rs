@@ -2226,3 +2226,267 @@ echo "REVIVED $(grep -c 'kswapd revived on fast node 0 before exit' /tmp/tierd.l
         "tierd did not say it revived node 0:\n{o}"
     );
 }
+
+/// Capacity that changes under tierd (CXL memory taken away and given
+/// back), on the CXL Type-3 host whatever `$TIERD_LOWER` says (its memory
+/// is onlined movable, so every block can go offline). A 120 MiB tenant is
+/// held at half on DRAM; then every memory block of node 1 goes offline
+/// (the kernel migrates the tenant's lower-tier pages to DRAM), and comes
+/// back. tierd must see each change within a few intervals (log line,
+/// `tierd_topology_changes_total`, node capacity), stop actuating while no
+/// lower tier has memory (`tiered: false`: a memory.reclaim then would
+/// reclaim, not demote), demote the tenant back to its target once the
+/// memory is back, and report the CXL device behind node 1 throughout. The
+/// tenant's workload keeps running.
+#[test]
+fn lower_tier_memory_offlined_and_onlined_is_planned_with() {
+    let script = r#"
+set -e
+. /tests/lib.sh
+mkcg tenants.slice/big
+W=$(start_in tenants.slice/big tierload hotset --size-mib 120 --hot-mib 12 --report-s 60)
+wait_usage tenants.slice/big 110 90
+printf '[daemon]\ninterval = "1s"\n[[policy]]\nmatch = "tenants.slice/*"\nlocal_high = "50%%"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+cap1() { tierctl metrics | awk '/^tierd_node_capacity_bytes/ && /node="1"/ { print int($2 / 1048576) }'; }
+changes() { tierctl metrics | awk '/^tierd_topology_changes_total/ { print $2 + 0 }'; }
+tiered() { tierctl status --json | grep -o '"tiered":[a-z]*' | cut -d: -f2; }
+# phase NAME: one line with what the checks below read.
+phase() { echo "PHASE $1 t=$(cut -d' ' -f1 /proc/uptime) cap1=$(cap1) changes=$(changes) tiered=$(tiered) n1=$(node_mib tenants.slice/big 1) alive=$(kill -0 $W && echo yes || echo no)"; }
+# until_ok SECONDS CMD...: polls CMD every second to a deadline.
+until_ok() { local n=$1 i=0; shift; until "$@"; do i=$((i + 1)); [ $i -gt $n ] && return 1; sleep 1; done; }
+demoted() { [ "$(node_mib tenants.slice/big 1)" -ge 40 ]; }
+until_ok 240 demoted || echo "WARN: demotion reached $(node_mib tenants.slice/big 1) MiB"
+phase before
+emit_status
+BLOCKS=""
+for b in /sys/devices/system/node/node1/memory[0-9]*; do BLOCKS="$BLOCKS ${b##*/}"; done
+echo "BLOCKS $BLOCKS"
+n=0
+for b in $BLOCKS; do
+    if echo offline > /sys/devices/system/memory/$b/state; then n=$((n + 1)); else echo "OFFLINE-FAILED $b"; fi
+done
+echo "OFFLINED $n"
+gone() { [ "$(tiered)" = false ]; }
+until_ok 60 gone || echo "WARN: still tiered"
+phase gone
+emit_status
+for b in $BLOCKS; do echo online_movable > /sys/devices/system/memory/$b/state || echo "ONLINE-FAILED $b"; done
+back() { [ "$(tiered)" = true ] && [ "$(node_mib tenants.slice/big 1)" -ge 40 ]; }
+until_ok 240 back || echo "WARN: not back"
+phase back
+emit_status
+kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
+grep -E 'capacity changed|no lower memory tier|lower memory tier has memory again|CXL memory behind' /tmp/tierd.log | sed 's/^/LOG /'
+"#;
+    let g = boot_with(script, 900, |c| c.lower = testbed::LowerTier::Cxl);
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let phase = |name: &str| -> std::collections::HashMap<String, String> {
+        field(&g.output, &format!("PHASE {name}"))
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let num = |m: &std::collections::HashMap<String, String>, k: &str| -> u64 {
+        m[k].parse()
+            .unwrap_or_else(|_| panic!("{k} in {m:?}:\n{}", g.output))
+    };
+    for l in g.output.lines().filter(|l| l.starts_with("PHASE")) {
+        eprintln!("{l}");
+    }
+    let (before, gone, back) = (phase("before"), phase("gone"), phase("back"));
+    let offlined: u64 = field(&g.output, "OFFLINED").parse().unwrap();
+    let blocks = field(&g.output, "BLOCKS").split_whitespace().count() as u64;
+    assert!(
+        blocks >= 4 && offlined == blocks,
+        "offlined {offlined} of {blocks} blocks:\n{}",
+        g.output
+    );
+    // Before: the tenant demoted to its target, on a tiered host, no change yet.
+    assert_eq!(
+        (before["tiered"].as_str(), num(&before, "changes")),
+        ("true", 0),
+        "{}",
+        g.output
+    );
+    assert!(
+        num(&before, "cap1") >= 1000 && num(&before, "n1") >= 40,
+        "{before:?}\n{}",
+        g.output
+    );
+    // All of node 1 offline: seen, counted, no capacity, not actuating, the
+    // tenant's pages on DRAM and its workload alive.
+    assert_eq!(gone["tiered"], "false", "{}", g.output);
+    assert!(
+        num(&gone, "changes") >= 1 && num(&gone, "cap1") == 0,
+        "{gone:?}\n{}",
+        g.output
+    );
+    assert_eq!(
+        (num(&gone, "n1"), gone["alive"].as_str()),
+        (0, "yes"),
+        "{}",
+        g.output
+    );
+    // Back: tiered again with the whole capacity, and the tenant demoted to
+    // its target again.
+    assert_eq!(
+        (back["tiered"].as_str(), back["alive"].as_str()),
+        ("true", "yes"),
+        "{}",
+        g.output
+    );
+    assert!(
+        num(&back, "changes") >= 2 && num(&back, "cap1") == num(&before, "cap1"),
+        "{back:?}\n{}",
+        g.output
+    );
+    assert!(
+        num(&back, "n1") >= 40,
+        "not demoted again after the memory came back: {back:?}\n{}",
+        g.output
+    );
+    assert_eq!(field(&g.output, "TIERD-EXIT"), "0", "{}", g.output);
+    assert!(
+        g.output.contains("NUMA node capacity changed"),
+        "{}",
+        g.output
+    );
+    assert!(
+        g.output
+            .contains("no lower memory tier has memory any more"),
+        "{}",
+        g.output
+    );
+    assert!(
+        g.output.contains("a lower memory tier has memory again"),
+        "{}",
+        g.output
+    );
+    // The device behind node 1, in /status at every phase.
+    let st = statuses(&g.output);
+    assert_eq!(st.len(), 3, "{}", g.output);
+    for s in &st {
+        let r = s
+            .lower_devices
+            .first()
+            .unwrap_or_else(|| panic!("no CXL device in /status: {s:?}"));
+        assert_eq!(
+            (r.node, r.name.as_str(), r.memdevs.len()),
+            (1, "region0", 1),
+            "{s:?}"
+        );
+        assert_eq!(r.memdevs[0].name, "mem0", "{s:?}");
+    }
+}
+
+/// `file_first`: two tenants alike (64 MiB of cold anonymous memory with a
+/// 4 MiB hot set, and a 64 MiB file on an ext2 file system they read over
+/// and over: hot page cache), each held at half its usage on DRAM;
+/// `tenants.slice/ff` has `file_first = true`, `tenants.slice/lru` the
+/// default. ff's demotion must take its file pages and leave its anonymous
+/// memory on DRAM; lru, the baseline in the same boot, shows what LRU order
+/// takes instead.
+#[test]
+fn file_first_demotes_page_cache_before_anonymous_memory() {
+    let script = r#"
+set -e
+. /tests/lib.sh
+[ -e /dev/loop-control ] || insmod /lib/modules/$(uname -r)/loop.ko
+dd if=/dev/zero of=/tmp/fs.img bs=1M count=0 seek=200 2>/dev/null
+LOOP=$(losetup -f)
+losetup "$LOOP" /tmp/fs.img
+mke2fs -q "$LOOP"
+mkdir -p /mnt/fs
+mount -t ext2 "$LOOP" /mnt/fs
+for t in ff lru; do
+    mkcg tenants.slice/$t
+    # Written from inside the tenant: its page cache is charged to it.
+    sh -c "echo 0 > $CG/tenants.slice/$t/cgroup.procs; dd if=/dev/zero of=/mnt/fs/$t bs=1M count=64 2>/dev/null; sync"
+    start_in tenants.slice/$t tierload hotset --size-mib 64 --hot-mib 4 --report-s 60 > /dev/null
+    start_in tenants.slice/$t sh -c "while true; do cat /mnt/fs/$t > /dev/null; done" > /dev/null
+done
+wait_usage tenants.slice/ff 120 90
+wait_usage tenants.slice/lru 120 90
+# fa TENANT: anon N0, anon N1, file N0, file N1 in MiB.
+fa() {
+    awk '$1 == "anon" || $1 == "file" { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[$1 kv[1]] = kv[2] } }
+        END { printf "%d %d %d %d\n", v["anonN0"] / 1048576, v["anonN1"] / 1048576, v["fileN0"] / 1048576, v["fileN1"] / 1048576 }' \
+        "$CG/tenants.slice/$1/memory.numa_stat"
+}
+echo "FA-BEFORE ff $(fa ff)"
+echo "FA-BEFORE lru $(fa lru)"
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/ff"
+local_high = "50%"
+file_first = true
+[[policy]]
+match = "tenants.slice/lru"
+local_high = "50%"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+# Both held at half (± the 16 MiB band) on DRAM, to a deadline.
+held() {
+    local t
+    for t in ff lru; do
+        [ $(( $(node_mib tenants.slice/$t 0) * 2 )) -le $(( $(usage_mib tenants.slice/$t) + 32 )) ] || return 1
+    done
+}
+i=0
+until held; do i=$((i + 1)); [ $i -gt 180 ] && { echo "WARN: not held"; break; }; sleep 1; done
+echo "HELD after $i s"
+sleep 5
+echo "FA ff $(fa ff)"
+echo "FA lru $(fa lru)"
+emit_status
+kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
+grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
+"#;
+    let g = boot_with(script, 600, |c| c.modules.push("loop".into()));
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let fa = |key: &str| -> Vec<u64> {
+        field(&g.output, key)
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let (ff, lru) = (fa("FA ff"), fa("FA lru"));
+    let (ff0, lru0) = (fa("FA-BEFORE ff"), fa("FA-BEFORE lru"));
+    eprintln!("anon N0/N1, file N0/N1 MiB: ff {ff0:?} -> {ff:?}, lru {lru0:?} -> {lru:?}");
+    assert_eq!(field(&g.output, "TIERD-EXIT"), "0", "{}", g.output);
+    assert!(!g.output.contains("WARN: not held"), "{}", g.output);
+    // Everything started on DRAM.
+    for b in [&ff0, &lru0] {
+        assert!(
+            b[1] + b[3] <= 8 && b[0] >= 56 && b[2] >= 56,
+            "{b:?}\n{}",
+            g.output
+        );
+    }
+    // ff: its page cache went (most of it), its anonymous memory stayed.
+    assert!(
+        ff[3] >= 40,
+        "ff's file pages were not demoted: {ff:?}\n{}",
+        g.output
+    );
+    assert!(
+        ff[1] <= 12,
+        "ff lost anonymous memory to the lower tier: {ff:?}\n{}",
+        g.output
+    );
+    // The baseline in LRU order took its cold anonymous memory.
+    assert!(
+        lru[1] >= ff[1] + 24,
+        "LRU order took no more anonymous memory than file_first ({lru:?} vs {ff:?}): \
+         the scenario does not tell the two apart\n{}",
+        g.output
+    );
+}

@@ -94,6 +94,30 @@ fn main() -> Result<()> {
                 mib(s.pool_bytes),
                 if s.guarantees_scaled { "  (guarantees scaled down)" } else { "" }
             );
+            for r in &s.lower_devices {
+                let devs: Vec<String> = r
+                    .memdevs
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{} (serial {:#x}, firmware {:?}, {} MiB ram)",
+                            m.name,
+                            m.serial,
+                            m.firmware_version,
+                            mib(m.ram_bytes)
+                        )
+                    })
+                    .collect();
+                println!(
+                    "node {}: CXL {} ({}, {} MiB) via {} on {}",
+                    r.node,
+                    r.name,
+                    r.mode,
+                    mib(r.size_bytes),
+                    r.dax,
+                    devs.join(", ")
+                );
+            }
             println!(
                 "{:<40} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9}  state",
                 "container", "fast MiB", "lower MiB", "local%", "target", "low", "high", "mem.low"

@@ -123,6 +123,7 @@ impl Controller {
                 }
             }
         }
+        self.offload(managed, &mut gens, &mut agings);
         // The kernel's demotion work runs in the writer's context: these
         // phases are where tierd's CPU goes when it demotes.
         self.metrics.lru_gen_agings.inc_by(agings.count);
@@ -141,7 +142,7 @@ impl Controller {
 
 /// The MGLRU agings one cycle's demotions ran (count, wall time).
 #[derive(Debug, Default)]
-pub(super) struct Agings {
+pub(in crate::controller) struct Agings {
     pub count: u64,
     pub time: Duration,
 }
@@ -163,7 +164,28 @@ impl Controller {
         gens: &mut Option<Vec<MemcgGens>>,
         agings: &mut Agings,
     ) -> cgroupctl::Result<ReclaimOutcome> {
-        match self.demote_lru_gen(m, bytes, gens, agings) {
+        let mut bytes = bytes;
+        if self.cfg.policies[m.policy_index].file_first && !self.file_first_unsupported {
+            let file = match self.demote_file(m, bytes) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    // Said once: the kernel will not learn the argument.
+                    tracing::warn!(container = %m.path, error = %e,
+                        "file_first: this kernel's memory.reclaim does not take swappiness= \
+                         (Linux 6.12+ does); file pages are demoted in LRU order with the rest");
+                    self.file_first_unsupported = true;
+                    0
+                }
+                r => r?,
+            };
+            if file >= bytes {
+                return Ok(ReclaimOutcome::Full);
+            }
+            tracing::debug!(container = %m.path, file, rest = bytes - file,
+                "file_first: too few file pages on the fast tier; the rest from anonymous memory");
+            bytes -= file;
+        }
+        let fast = self.topo.fast_nodes();
+        match self.demote_lru_gen(m, bytes, gens, agings, self.swappiness, &fast) {
             Some(Err(e))
                 if matches!(
                     e.raw_os_error(),
@@ -182,14 +204,45 @@ impl Controller {
         }
     }
 
+    /// `file_first`'s pass of [`Self::demote`]: up to `bytes` of the
+    /// container's file pages, through `memory.reclaim` with `swappiness=0`
+    /// (cgroup reclaim with swappiness 0 scans the file LRU only, ageing
+    /// it as needed: mm/vmscan.c `get_scan_count`, and under MGLRU
+    /// `isolate_folios`). Not MGLRU's eviction command: that evicts only
+    /// generations older than the two youngest, and a page cache read
+    /// again and again sits in the young ones; file_first places page cache
+    /// on the lower tier however hot. Returns the fast-tier file bytes that
+    /// left (memory.numa_stat `file` before and after).
+    ///
+    /// Errors: the write's; a kernel that does not take `swappiness=` in
+    /// `memory.reclaim` gives EINVAL (the caller says so once).
+    fn demote_file(&mut self, m: &Managed, bytes: u64) -> cgroupctl::Result<u64> {
+        let fast = self.topo.fast_nodes();
+        let file_fast = |c: &Controller| -> cgroupctl::Result<u64> {
+            let st = c.cg.numa_stat(&m.path)?;
+            Ok(fast.iter().map(|&n| st.file_bytes(n)).sum())
+        };
+        let before = file_fast(self)?;
+        if before == 0 {
+            return Ok(0);
+        }
+        self.cg.reclaim_file(&m.path, bytes.min(before))?;
+        Ok(before.saturating_sub(file_fast(self)?))
+    }
+
     /// The lru_gen half of [`Self::demote`]; `None` when tierd does not use
-    /// lru_gen or lru_gen does not list the container.
-    fn demote_lru_gen(
+    /// lru_gen or lru_gen does not list the container. `swappiness` 0
+    /// evicts file pages only; `nodes` are the nodes evicted from, in
+    /// proportion to the container's pages on each (the fast nodes for a
+    /// demotion).
+    pub(super) fn demote_lru_gen(
         &self,
         m: &Managed,
         bytes: u64,
         gens: &mut Option<Vec<MemcgGens>>,
         agings: &mut Agings,
+        swappiness: u32,
+        nodes: &NodeSet,
     ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
         let lg = self.lru_gen.as_ref()?;
         // Evicting one container's memcgs leaves the others' generations
@@ -201,7 +254,6 @@ impl Controller {
                 Err(e) => return Some(Err(e)),
             },
         };
-        let fast = self.topo.fast_nodes();
         let memcgs: Vec<&MemcgGens> = m
             .members
             .iter()
@@ -219,7 +271,7 @@ impl Controller {
         }
         let parts: Vec<(&MemcgGens, u32, u64)> = memcgs
             .into_iter()
-            .flat_map(|g| fast.iter().map(move |&n| (g, n, g.resident_pages(n))))
+            .flat_map(|g| nodes.iter().map(move |&n| (g, n, g.resident_pages(n))))
             .filter(|&(_, _, pages)| pages > 0)
             .collect();
         let total: u64 = parts.iter().map(|p| p.2).sum();
@@ -230,7 +282,7 @@ impl Controller {
         let mut short = false;
         for (g, node, pages) in parts {
             let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
-            match lg.demote(g, node, share, self.swappiness) {
+            match lg.demote(g, node, share, swappiness) {
                 Ok(ev) => {
                     short |= ev.evictable_pages < ev.asked_pages;
                     agings.count += u64::from(ev.agings);

@@ -141,16 +141,14 @@ impl Controller {
         // cycles, so that a scan pass's promotions and refusals are not
         // lost (recall).
         self.faults.collect_promotions();
-        self.topo
-            .refresh_free(&self.cfg.daemon.sysfs_root)
-            .context("cannot refresh per-node free memory")?;
+        let moved = self.refresh_topology()?;
         let managed = self.discover()?;
         let (ids, current) = self.usage_of(&managed);
         let slack = self.cfg.policy_params().band_min_bytes;
         let changed = self
             .cadence
             .changed(&ids, &current, self.topo.fast_free_bytes(), slack);
-        Ok(changed.then_some(managed))
+        Ok((changed || moved).then_some(managed))
     }
 
     /// Managed ids, ascending, and the `memory.current` of each that could

@@ -30,12 +30,14 @@ impl Controller {
         mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
         mt.managed_containers.set(managed.len() as i64);
+        mt.tiered.set(i64::from(self.actuating()));
         mt.kernel_promotion_limited
             .set(i64::from(self.gate.limited()));
         mt.kernel_scan_paced.set(i64::from(self.gate.scan_paced()));
         let lower = self.topo.lower_nodes();
         let mut status = Status {
-            tiered: !self.observe_only,
+            tiered: self.actuating(),
+            lower_devices: self.cxl.clone(),
             promotion: self.promotion().as_str().into(),
             fast_nodes: fast.iter().copied().collect(),
             lower_nodes: self.topo.lower_nodes().iter().copied().collect(),
@@ -89,7 +91,7 @@ impl Controller {
                     s.fast_bytes as f64 / usage as f64
                 });
             let Some(p) = plan.get(m.id) else { continue };
-            let (written_low, written_min) = if self.observe_only {
+            let (written_low, written_min) = if !self.actuating() {
                 (0, 0)
             } else {
                 (p.memory_low_bytes, p.memory_min_bytes)
@@ -121,6 +123,10 @@ impl Controller {
             mt.container_pingpong_bytes_per_second
                 .get_or_create(&c)
                 .set(gauge_bytes(p.pingpong_bytes_per_s));
+            let pressure = self.offload_pressure.get(&m.id).copied();
+            if let Some(p) = pressure {
+                mt.container_memory_pressure.get_or_create(&c).set(p);
+            }
             let reading = self.hot.readings.get(&m.id).filter(|r| r.regions > 0);
             let (mut hot_fast, mut hot_lower) = (None, None);
             if let Some(r) = reading {
@@ -160,8 +166,8 @@ impl Controller {
                 target_bytes: p.target_bytes,
                 memory_low_bytes: p.memory_low_bytes,
                 memory_min_bytes: p.memory_min_bytes,
-                demote_bytes: if self.observe_only { 0 } else { p.demote_bytes },
-                promote_bytes: if self.observe_only {
+                demote_bytes: if self.actuating() { p.demote_bytes } else { 0 },
+                promote_bytes: if !self.actuating() {
                     0
                 } else {
                     p.promote_bytes
@@ -171,6 +177,7 @@ impl Controller {
                 hot_lower_bytes: hot_lower,
                 moved_bytes: self.moved_total.get(&m.id).cloned().unwrap_or_default(),
                 damping_level: p.damping_level,
+                memory_pressure_percent: pressure,
                 pingpong_bytes_per_s: p.pingpong_bytes_per_s,
             });
         }
