@@ -2490,3 +2490,110 @@ grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
         g.output
     );
 }
+
+/// `offload` (TMO-style): two tenants alike (200 MiB, a 16 MiB hot set, the
+/// rest never touched again), on a host with zram swap; `tenants.slice/batch`
+/// has `offload = { pressure = "1%", step = "5%" }`, `tenants.slice/peer`
+/// none (the baseline in the same boot). batch must give up its cold tail
+/// (DRAM down to about its hot set, part of it swapped from the lower
+/// tier) while its memory pressure stays under the threshold and its hot
+/// set stays on DRAM; peer keeps its DRAM.
+#[test]
+fn offload_finds_the_footprint_under_the_pressure_threshold() {
+    let script = r#"
+set -e
+. /tests/lib.sh
+mods=/lib/modules/$(uname -r)
+for m in zsmalloc lz4_compress lz4hc_compress zram; do insmod $mods/$m.ko; done
+echo 512M > /sys/block/zram0/disksize
+mkswap /dev/zram0 > /dev/null
+swapon /dev/zram0
+for t in batch peer; do
+    mkcg tenants.slice/$t
+    start_log tenants.slice/$t /tmp/$t.log tierload hotset --size-mib 200 --hot-mib 16 --report-s 1 > /dev/null
+done
+wait_usage tenants.slice/batch 190 90
+wait_usage tenants.slice/peer 190 90
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+match = "tenants.slice/batch"
+offload = { pressure = "1%", step = "5%" }
+[[policy]]
+match = "tenants.slice/peer"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+psi() { sed -n 's/^some avg10=\([0-9.]*\).*/\1/p' $CG/tenants.slice/$1/memory.pressure; }
+swap_mib() { echo $(( $(cat $CG/tenants.slice/$1/memory.swap.current) / 1048576 )); }
+# sample: `S <t> <batch N0> <batch N1> <batch swap> <batch psi> <peer N0>`.
+sample() { echo "S $(cut -d' ' -f1 /proc/uptime) $(node_mib tenants.slice/batch 0) $(node_mib tenants.slice/batch 1) $(swap_mib batch) $(psi batch) $(node_mib tenants.slice/peer 0)"; }
+i=0
+until [ "$(node_mib tenants.slice/batch 0)" -le 64 ] && [ "$(swap_mib batch)" -ge 8 ]; do
+    i=$((i + 1)); [ $i -gt 90 ] && { echo "WARN: not offloaded"; break; }
+    sample; sleep 2
+done
+# The footprint found, held for 10 s more.
+for j in 1 2 3 4 5; do sample; sleep 2; done
+emit_report batch /tmp/batch.log
+emit_report peer /tmp/peer.log
+tierctl metrics | grep -E '^tierd_container_(offload_bytes_total|memory_pressure_percent)' | sed 's/^/METRIC /'
+kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
+grep -E 'offload' /tmp/tierd.log | grep -v DEBUG | head -5 | sed 's/^/LOG /'
+"#;
+    let g = boot_with(script, 600, |c| {
+        for m in ["zsmalloc", "lz4_compress", "lz4hc_compress", "zram"] {
+            c.modules.push(m.into());
+        }
+    });
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert_eq!(field(&g.output, "TIERD-EXIT"), "0", "{}", g.output);
+    assert!(!g.output.contains("WARN: not offloaded"), "{}", g.output);
+    // (t, batch N0, batch N1, batch swap, batch psi, peer N0)
+    let samples: Vec<(f64, u64, u64, u64, f64, u64)> = g
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("S "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            (
+                f[0].parse().unwrap(),
+                n(1),
+                n(2),
+                n(3),
+                f[4].parse().unwrap(),
+                n(5),
+            )
+        })
+        .collect();
+    let first = samples.first().unwrap();
+    let last = samples.last().unwrap();
+    let max_psi = samples.iter().map(|s| s.4).fold(0.0, f64::max);
+    eprintln!(
+        "batch DRAM {} -> {} MiB, lower {} MiB, swap {} MiB, psi max {max_psi} % in {:.0} s; peer DRAM {} -> {} MiB",
+        first.1, last.1, last.2, last.3, last.0 - first.0, first.5, last.5
+    );
+    // The footprint: the cold tail left DRAM, some of it went on to swap.
+    assert!(last.1 <= 64 && last.3 >= 8, "{last:?}\n{}", g.output);
+    // Under the threshold throughout (avg10, as the kernel smooths it).
+    assert!(max_psi < 1.0, "pressure reached {max_psi} %\n{}", g.output);
+    // The hot set stayed on DRAM.
+    let report = |name: &str| -> serde_json::Value {
+        let r = field(&g.output, &format!("REPORT {name}"));
+        let json = r.split_once(' ').map(|(_, j)| j).unwrap_or("");
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {r}\n{}", g.output))
+    };
+    let hot = report("batch")["hot_residency"].as_f64().unwrap();
+    assert!(hot >= 0.9, "batch's hot set on DRAM: {hot}\n{}", g.output);
+    // The baseline kept its DRAM: nothing took it but the offload.
+    assert!(last.5 >= 180, "peer lost DRAM: {last:?}\n{}", g.output);
+    assert!(
+        g.output
+            .contains("tierd_container_offload_bytes_total{cgroup=\"tenants.slice/batch\"}"),
+        "{}",
+        g.output
+    );
+}
