@@ -602,6 +602,40 @@ pub struct PolicyEntry {
     /// memory pressure (`offload = { pressure = "0.1%" }`); absent: none.
     #[serde(default)]
     pub offload: Option<OffloadSpec>,
+    /// How the container's pages are placed: `tiered` (the default: its
+    /// hot pages on the fast tier, by share) or `interleave` (a
+    /// bandwidth-bound service: its pages split over the tiers in the
+    /// ratio of `interleave_weights`, new allocations through
+    /// `MPOL_WEIGHTED_INTERLEAVE` when launched by `tierd exec`).
+    #[serde(default)]
+    pub placement: Placement,
+    /// The weighted-interleave weights of `placement = "interleave"`:
+    /// `"auto"` (the default: the kernel's own from HMAT/CDAT bandwidths
+    /// where it has `weighted_interleave/auto`, else tierd's from the
+    /// nodes' HMAT read bandwidths) or `{ fast = 3, lower = 1 }`. The
+    /// weights are host-wide: every interleave policy must give the same.
+    #[serde(default)]
+    pub interleave_weights: Option<InterleaveWeights>,
+}
+
+/// `placement` of a `[[policy]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    #[default]
+    Tiered,
+    Interleave,
+}
+
+/// `interleave_weights` of a `[[policy]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum InterleaveWeights {
+    /// `"auto"`.
+    Auto(String),
+    /// Weight of each fast-tier node and of each lower-tier node, 1–255
+    /// (the kernel's range for `weighted_interleave/node<N>`).
+    Tiers { fast: u8, lower: u8 },
 }
 
 /// `offload = { pressure = "0.1%", step = "1%" }` of a `[[policy]]`
@@ -684,6 +718,10 @@ pub struct Config {
     /// The kernel's free-memory reserve of the fast nodes, bytes (0 until
     /// [`Config::set_fast_reserve`]).
     fast_reserve_bytes: u64,
+    /// Share of an interleaved container's pages the weights put on the
+    /// fast tier (Σ fast weights / Σ weights), once the daemon applied
+    /// them ([`Config::set_interleave_split`]).
+    interleave_fast_fraction: Option<f64>,
 }
 
 impl Config {
@@ -953,6 +991,9 @@ impl Config {
             ));
         }
         let mut matchers = Vec::new();
+        // The first interleave policy and its weights (host-wide: the others
+        // must agree).
+        let mut interleave: Option<(usize, InterleaveWeights)> = None;
         for (i, p) in raw.policy.iter().enumerate() {
             let key = |k: &str| format!("policy[{i}].{k}");
             // `*` stays within one path component, `**` crosses them, as in
@@ -972,6 +1013,68 @@ impl Config {
                     &key("weight"),
                     format!("{} must be between 1 and 10000", p.weight),
                 ));
+            }
+            match (&p.placement, &p.interleave_weights) {
+                (Placement::Tiered, Some(_)) => {
+                    return Err(bad(
+                        &key("interleave_weights"),
+                        "is only for placement = \"interleave\"".into(),
+                    ))
+                }
+                (Placement::Interleave, w) => {
+                    if p.opt_out || p.offload.is_some() || p.file_first {
+                        return Err(bad(
+                            &key("placement"),
+                            "\"interleave\" splits the container over the tiers by weight; \
+                             it does not combine with opt_out, offload or file_first"
+                                .into(),
+                        ));
+                    }
+                    if p.local_low != ShareSpec::Bytes(0)
+                        || p.local_high != ShareSpec::Percent(100.0)
+                    {
+                        return Err(bad(
+                            &key("placement"),
+                            "with \"interleave\" the weights set the container's fast-tier share; \
+                             remove local_low and local_high"
+                                .into(),
+                        ));
+                    }
+                    match w {
+                        Some(InterleaveWeights::Auto(a)) if a != "auto" => {
+                            return Err(bad(
+                                &key("interleave_weights"),
+                                format!("{a:?}: write \"auto\" or {{ fast = 3, lower = 1 }}"),
+                            ))
+                        }
+                        Some(InterleaveWeights::Tiers { fast, lower })
+                            if *fast == 0 || *lower == 0 =>
+                        {
+                            return Err(bad(
+                                &key("interleave_weights"),
+                                "weights are 1 to 255 (the kernel's weighted_interleave range)"
+                                    .into(),
+                            ))
+                        }
+                        _ => {}
+                    }
+                    let w = w.clone().unwrap_or(InterleaveWeights::Auto("auto".into()));
+                    match &interleave {
+                        Some((first, other)) if *other != w => {
+                            return Err(bad(
+                                &key("interleave_weights"),
+                                format!(
+                                    "differs from policy[{first}]'s: the weights are host-wide \
+                                     (/sys/kernel/mm/mempolicy/weighted_interleave), so every \
+                                     interleave policy must give the same"
+                                ),
+                            ))
+                        }
+                        Some(_) => {}
+                        None => interleave = Some((i, w)),
+                    }
+                }
+                (Placement::Tiered, None) => {}
             }
             if let Some(o) = &p.offload {
                 if p.opt_out {
@@ -1019,7 +1122,32 @@ impl Config {
             band_fraction,
             listen,
             fast_reserve_bytes: 0,
+            interleave_fast_fraction: None,
         })
+    }
+
+    /// The weights of the interleave policies (all the same, validated),
+    /// or None when no policy interleaves.
+    pub fn interleave_weights(&self) -> Option<InterleaveWeights> {
+        self.policies
+            .iter()
+            .find(|p| p.placement == Placement::Interleave)
+            .map(|p| {
+                p.interleave_weights
+                    .clone()
+                    .unwrap_or(InterleaveWeights::Auto("auto".into()))
+            })
+    }
+
+    /// Records the share of an interleaved container's pages the applied
+    /// weights put on the fast tier (0..1): its target.
+    pub fn set_interleave_split(&mut self, fast_fraction: f64) {
+        self.interleave_fast_fraction = Some(fast_fraction.clamp(0.0, 1.0));
+    }
+
+    /// See [`Config::set_interleave_split`].
+    pub fn interleave_split(&self) -> Option<f64> {
+        self.interleave_fast_fraction
     }
 
     /// Records the kernel's free-memory reserve of the fast nodes (zone
@@ -1054,9 +1182,15 @@ impl Config {
     /// The policy crate's view of entry `i`.
     pub fn container_policy(&self, i: usize) -> ContainerPolicy {
         let p = &self.policies[i];
+        // An interleaved container is held at the weights' split, both ways:
+        // demoted above it, its lack promoted as a guarantee's.
+        let (low, high) = match (p.placement, self.interleave_fast_fraction) {
+            (Placement::Interleave, Some(f)) => (Share::Fraction(f), Share::Fraction(f)),
+            _ => (p.local_low.to_share(), p.local_high.to_share()),
+        };
         ContainerPolicy {
-            local_low: p.local_low.to_share(),
-            local_high: p.local_high.to_share(),
+            local_low: low,
+            local_high: high,
             weight: p.weight,
             opt_out: p.opt_out,
             // Validated at load: an invalid spec never reaches here.
@@ -1191,6 +1325,8 @@ mod tests {
                         "opt_out",
                         "file_first",
                         "offload",
+                        "placement",
+                        "interleave_weights",
                         "band",
                         "demote_rate",
                         "sample_interval",
@@ -1459,6 +1595,26 @@ mod tests {
             (
                 "[[policy]]\nmatch = \"a/*\"\noffload = { presure = \"1%\" }\n",
                 "presure",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\ninterleave_weights = \"auto\"\n",
+                "policy[0].interleave_weights",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nplacement = \"interleave\"\ninterleave_weights = { fast = 0, lower = 1 }\n",
+                "policy[0].interleave_weights",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nplacement = \"interleave\"\nlocal_high = \"50%\"\n",
+                "policy[0].placement",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nplacement = \"interleave\"\n[[policy]]\nmatch = \"b/*\"\nplacement = \"interleave\"\ninterleave_weights = { fast = 3, lower = 1 }\n",
+                "policy[1].interleave_weights",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\nplacement = \"spread\"\n",
+                "placement",
             ),
         ];
         for (text, key) in cases {

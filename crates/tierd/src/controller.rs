@@ -656,6 +656,11 @@ impl Controller {
     /// restart.
     pub fn reload(&mut self, new: Config) -> Vec<&'static str> {
         let (mut merged, restart) = self.cfg.reloaded(new);
+        // The weights were applied at start; changing them waits for a
+        // restart (the kernel's weights are host-wide).
+        if let Some(f) = self.cfg.interleave_split() {
+            merged.set_interleave_split(f);
+        }
         if !self.observe_only {
             apply_fast_reserve(&mut merged, &self.topo);
         }
@@ -674,6 +679,17 @@ impl Controller {
     }
 
     /// The running config (after reloads).
+    /// Applies the interleave policies' weights ([`crate::interleave::apply`])
+    /// through `knobs`; nothing when no policy interleaves or tierd only
+    /// observes.
+    pub fn apply_interleave(&mut self, knobs: &mut crate::sysctl::KernelKnobs) -> Result<()> {
+        if self.observe_only {
+            return Ok(());
+        }
+        crate::interleave::apply(&mut self.cfg, &self.topo, knobs)?;
+        Ok(())
+    }
+
     pub fn config(&self) -> &Config {
         &self.cfg
     }

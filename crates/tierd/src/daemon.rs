@@ -301,6 +301,15 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
             switch_promotion(&controller, promotion, &mut knobs);
         }
         apply_knobs(&cfg, promotion, &mut knobs)?;
+        if let Err(e) = controller.apply_interleave(&mut knobs) {
+            // The rest of the policies still work: such containers are
+            // managed as tiered ones meanwhile.
+            tracing::error!(
+                "placement = \"interleave\" in {}: {e:#}; those containers are managed as \
+                 placement = \"tiered\" until tierd is restarted with it fixed",
+                cfg.source.display()
+            );
+        }
     }
 
     let mut ready = false;

@@ -8,6 +8,7 @@ pub mod actuators;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+pub mod interleave;
 pub mod journal;
 pub mod metrics;
 pub mod regulate;

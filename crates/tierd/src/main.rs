@@ -25,6 +25,17 @@ enum Command {
     Run,
     /// Load and validate the config, print the result, and exit (1 on error).
     CheckConfig,
+    /// Run a command under a `placement = "interleave"` policy: its memory
+    /// is interleaved over the tiers by the host's weighted-interleave
+    /// weights (which the daemon sets from that policy).
+    Exec {
+        /// The policy's name (or its match pattern).
+        #[arg(long)]
+        policy: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -49,6 +60,13 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
+        Command::Exec { policy, cmd } => match tierd::interleave::exec(&cfg, &policy, &cmd) {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("tierd exec: {e:#}");
+                std::process::exit(1);
+            }
+        },
         Command::Run => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)

@@ -2597,3 +2597,87 @@ grep -E 'offload' /tmp/tierd.log | grep -v DEBUG | head -5 | sed 's/^/LOG /'
         g.output
     );
 }
+
+/// `placement = "interleave"` (the bandwidth-bound class): tierd writes the
+/// host-wide weights (3 : 1 here), a tenant launched by `tierd exec --policy
+/// bw` allocates over both tiers in that ratio, and stays so while it
+/// accesses all of its pages (neither the kernel's promotion nor tierd
+/// moves it to all-DRAM); the same workload without `tierd exec` in the
+/// same boot sits on DRAM. At SIGTERM the host's weights come back.
+#[test]
+fn interleave_placement_splits_by_weight_and_holds_the_split() {
+    let script = r#"
+set -e
+. /tests/lib.sh
+W=/sys/kernel/mm/mempolicy/weighted_interleave
+echo "WEIGHTS-BEFORE $(cat $W/node0) $(cat $W/node1)"
+cat > /tmp/t.toml <<'EOF'
+[daemon]
+interval = "1s"
+[[policy]]
+name = "bw"
+match = "tenants.slice/bw"
+placement = "interleave"
+interleave_weights = { fast = 3, lower = 1 }
+[[policy]]
+match = "tenants.slice/*"
+EOF
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30
+echo "WEIGHTS-RUN $(cat $W/node0) $(cat $W/node1)"
+mkcg tenants.slice/bw
+mkcg tenants.slice/plain
+start_in tenants.slice/bw tierd --config /tmp/t.toml exec --policy bw -- tierload hotset --size-mib 160 --hot-mib 160 --report-s 60 > /dev/null
+start_in tenants.slice/plain tierload hotset --size-mib 160 --hot-mib 160 --report-s 60 > /dev/null
+wait_usage tenants.slice/bw 155 90
+wait_usage tenants.slice/plain 155 90
+# 20 s of the workloads touching every page, tierd at 1 s cycles.
+for i in $(seq 1 10); do emit_node tenants.slice/bw; emit_node tenants.slice/plain; sleep 2; done
+emit_status
+kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
+echo "WEIGHTS-AFTER $(cat $W/node0) $(cat $W/node1)"
+tierd --config /tmp/t.toml exec --policy tenants.slice/* -- true 2>&1 | sed 's/^/NOT-INTERLEAVE /' || true
+grep 'weighted interleave' /tmp/tierd.log | sed 's/^/LOG /'
+"#;
+    let g = boot(script, 600);
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert_eq!(field(&g.output, "WEIGHTS-RUN"), "3 1", "{}", g.output);
+    assert_eq!(field(&g.output, "TIERD-EXIT"), "0", "{}", g.output);
+    assert_eq!(
+        field(&g.output, "WEIGHTS-AFTER"),
+        field(&g.output, "WEIGHTS-BEFORE"),
+        "{}",
+        g.output
+    );
+    let bw = nodes(&g.output, "tenants.slice/bw");
+    let plain = nodes(&g.output, "tenants.slice/plain");
+    eprintln!(
+        "bw N0/N1 MiB {:?} → {:?}; plain {:?} → {:?}",
+        bw[0],
+        bw[bw.len() - 1],
+        plain[0],
+        plain[plain.len() - 1]
+    );
+    // 3 : 1 of ~160 MiB is 120 / 40: within 10 MiB, at every sample.
+    for &(n0, n1) in &bw {
+        assert!(
+            n0.abs_diff(120) <= 10 && n1.abs_diff(40) <= 10,
+            "bw {bw:?}\n{}",
+            g.output
+        );
+    }
+    for &(n0, n1) in &plain {
+        assert!(n0 >= 150 && n1 <= 8, "plain {plain:?}\n{}", g.output);
+    }
+    // The plan holds the split: bw's target is 3/4 of its usage.
+    let st = statuses(&g.output);
+    let c = container(st.last().unwrap(), "tenants.slice/bw").unwrap();
+    let usage = c.fast_bytes + c.lower_bytes;
+    assert!(c.target_bytes.abs_diff(usage * 3 / 4) <= 2 * MIB, "{c:?}");
+    assert!(
+        field(&g.output, "NOT-INTERLEAVE").contains("not placement = \"interleave\""),
+        "{}",
+        g.output
+    );
+}
