@@ -2278,6 +2278,7 @@ back() { [ "$(tiered)" = true ] && [ "$(node_mib tenants.slice/big 1)" -ge 40 ];
 until_ok 240 back || echo "WARN: not back"
 phase back
 emit_status
+tierctl status | grep '^node 1: CXL' | sed 's/^/TIERCTL /'
 kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
 grep -E 'capacity changed|no lower memory tier|lower memory tier has memory again|CXL memory behind' /tmp/tierd.log | sed 's/^/LOG /'
 "#;
@@ -2365,6 +2366,12 @@ grep -E 'capacity changed|no lower memory tier|lower memory tier has memory agai
         g.output.contains("a lower memory tier has memory again"),
         "{}",
         g.output
+    );
+    // The device behind node 1, as tierctl prints it.
+    let line = field(&g.output, "TIERCTL");
+    assert!(
+        line.contains("CXL region0 (ram, 1024 MiB) via dax0.0 on mem0 (serial 0x0"),
+        "{line}"
     );
     // The device behind node 1, in /status at every phase.
     let st = statuses(&g.output);
