@@ -149,6 +149,11 @@ struct VmArgs {
     /// drivers; about 100–250× slower than DRAM under emulation).
     #[arg(long, default_value = "hmat")]
     lower: testbed::LowerTier,
+    /// Kernel module to place in the guest's /lib/modules/<release>/, for
+    /// the command to `insmod` (repeatable; e.g. `zram` and its
+    /// dependencies for swap).
+    #[arg(long = "module", value_name = "NAME")]
+    modules: Vec<String>,
 }
 
 impl VmArgs {
@@ -161,6 +166,7 @@ impl VmArgs {
             cxl_mib: self.cxl_mib,
             timeout: Duration::from_secs(self.timeout_s),
             kernel_args: self.kernel_args.clone(),
+            modules: self.modules.clone(),
             ..Default::default()
         }
     }

@@ -241,6 +241,65 @@ impl LruGen {
         })
     }
 
+    /// Evicts (demotes from a fast node; from the lowest tier, reclaims to
+    /// swap where there is swap) up to `pages` pages of memcg `m` (as last
+    /// read) on `node`, from generations at least `min_age_ms` old and
+    /// older than the two youngest. First ages the memcg on that node when
+    /// its youngest generation is older than a third of `min_age_ms`: pages
+    /// touched since move up into the new generation, so a generation that
+    /// reaches `min_age_ms` holds pages untouched for about that long (the
+    /// idea of MGLRU's `min_ttl_ms`, Documentation/admin-guide/mm/multigen_lru.rst).
+    /// `Eviction::evictable_pages` is what those generations held.
+    ///
+    /// Errors: as [`Self::demote`].
+    pub fn evict_cold(
+        &self,
+        m: &MemcgGens,
+        node: u32,
+        pages: u64,
+        swappiness: u32,
+        min_age_ms: u64,
+    ) -> Result<Eviction> {
+        let mut out = Eviction {
+            asked_pages: pages,
+            ..Eviction::default()
+        };
+        let mut m = m.clone();
+        let youngest = m
+            .nodes
+            .get(&node)
+            .and_then(|g| g.iter().max_by_key(|g| g.seq).copied());
+        let Some(youngest) = youngest else {
+            return Ok(out);
+        };
+        if pages == 0 {
+            return Ok(out);
+        }
+        if youngest.age_ms >= min_age_ms / 3 {
+            let start = Instant::now();
+            self.command(&format!("+ {} {node} {} 1 1", m.id, youngest.seq))?;
+            out.agings += 1;
+            m = self.memcg(&m.path)?;
+            out.aging += start.elapsed();
+        }
+        let Some(max) = m.max_seq(node) else {
+            return Ok(out);
+        };
+        let cold: Vec<&Generation> = m.nodes[&node]
+            .iter()
+            .filter(|g| g.seq + MIN_NR_GENS <= max && g.age_ms >= min_age_ms)
+            .collect();
+        out.evictable_pages = cold.iter().map(|g| g.anon_pages + g.file_pages).sum();
+        let Some(top) = cold.iter().map(|g| g.seq).max() else {
+            return Ok(out);
+        };
+        if out.evictable_pages == 0 {
+            return Ok(out);
+        }
+        self.command(&format!("- {} {node} {top} {swappiness} {pages}", m.id))?;
+        Ok(out)
+    }
+
     /// Demotes (or, with no lower tier, reclaims) up to `pages` pages of
     /// memcg `m` (as last read) from `node`, oldest generation first. When
     /// fewer are evictable it ages the memcg on that node first (at most
@@ -356,5 +415,33 @@ mod tests {
         let g = LruGen::open(&dbg, &sys).unwrap();
         assert_eq!(g.memcg("x").unwrap().id, 2);
         assert!(matches!(g.memcg("gone"), Err(Error::Vanished(_))));
+    }
+
+    /// The offload's eviction takes only generations at least `min_age`
+    /// old (and not the two youngest): here generation 8 (40 s), not 9
+    /// (20 s). The youngest is 0.1 s old, so no aging first. The fake file
+    /// receives the command the kernel would.
+    #[test]
+    fn evict_cold_takes_only_generations_old_enough() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("sys");
+        let dbg = d.path().join("debug");
+        fs::create_dir_all(sys.join("kernel/mm/lru_gen")).unwrap();
+        fs::create_dir_all(&dbg).unwrap();
+        fs::write(sys.join(LRU_GEN_ENABLED), "0x0007\n").unwrap();
+        let text = "memcg     2 /x\n node     0\n          8      40000        100          0 \n          9      20000        200          0 \n         10       5000        300          0 \n         11        100        400          0 \n";
+        fs::write(dbg.join(LRU_GEN_FILE), text).unwrap();
+        let g = LruGen::open(&dbg, &sys).unwrap();
+        let m = g.memcg("x").unwrap();
+        let ev = g.evict_cold(&m, 0, 50, 60, 30_000).unwrap();
+        assert_eq!((ev.agings, ev.evictable_pages), (0, 100));
+        // (Written in place, as to the kernel's file: the rest is the old text.)
+        let written = fs::read_to_string(dbg.join(LRU_GEN_FILE)).unwrap();
+        assert!(written.starts_with("- 2 0 8 60 50x"), "{written}");
+        // Nothing that old: no command at all.
+        fs::write(dbg.join(LRU_GEN_FILE), text).unwrap();
+        let ev = g.evict_cold(&m, 0, 50, 60, 60_000).unwrap();
+        assert_eq!(ev.evictable_pages, 0);
+        assert_eq!(fs::read_to_string(dbg.join(LRU_GEN_FILE)).unwrap(), text);
     }
 }

@@ -58,6 +58,10 @@ pub struct Offload {
     /// Share of `memory.current` reclaimed per interval at zero pressure
     /// (0 < f ≤ 0.1).
     pub step_fraction: f64,
+    /// Only pages untouched for about this long are taken (ms): demotion
+    /// to a lower tier stalls no task, so pressure alone would not stop
+    /// the offload short of the warm pages.
+    pub min_age_ms: u64,
 }
 
 impl Offload {

@@ -1412,6 +1412,7 @@ fn the_within_share_swap_is_bounded_by_both_token_buckets() {
 const TMO: Offload = Offload {
     pressure_pct: 0.5,
     step_fraction: 0.01,
+    min_age_ms: 30_000,
 };
 
 #[test]
@@ -1460,7 +1461,7 @@ proptest! {
         a in 0.0f64..150.0,
         b in 0.0f64..150.0,
     ) {
-        let o = Offload { pressure_pct: threshold, step_fraction: fraction };
+        let o = Offload { pressure_pct: threshold, step_fraction: fraction, min_age_ms: 30_000 };
         let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
         let (s_lo, s_hi) = (o.step_bytes(current, lo), o.step_bytes(current, hi));
         prop_assert!(s_hi <= s_lo);

@@ -650,6 +650,14 @@ pub struct OffloadSpec {
     /// at zero pressure (default 1%, at most 10%).
     #[serde(default = "default_offload_step")]
     pub step: String,
+    /// Only pages untouched for about this long leave (default 30 s, at
+    /// least 3 s): the page-age guard that keeps warm pages where they are.
+    #[serde(default = "default_offload_min_age", deserialize_with = "de_duration")]
+    pub min_age: Duration,
+}
+
+fn default_offload_min_age() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_offload_step() -> String {
@@ -676,6 +684,14 @@ impl OffloadSpec {
         Ok(policy::Offload {
             pressure_pct: parse_percent(&self.pressure, 100.0).map_err(|e| ("pressure", e))?,
             step_fraction: parse_percent(&self.step, 10.0).map_err(|e| ("step", e))? / 100.0,
+            min_age_ms: if self.min_age >= Duration::from_secs(3) {
+                self.min_age.as_millis() as u64
+            } else {
+                return Err((
+                    "min_age",
+                    format!("{:?} is too short; at least 3s", self.min_age),
+                ));
+            },
         })
     }
 }
@@ -1595,6 +1611,10 @@ mod tests {
             (
                 "[[policy]]\nmatch = \"a/*\"\noffload = { presure = \"1%\" }\n",
                 "presure",
+            ),
+            (
+                "[[policy]]\nmatch = \"a/*\"\noffload = { pressure = \"1%\", min_age = \"1s\" }\n",
+                "policy[0].offload.min_age",
             ),
             (
                 "[[policy]]\nmatch = \"a/*\"\ninterleave_weights = \"auto\"\n",

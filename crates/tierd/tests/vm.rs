@@ -2499,8 +2499,10 @@ grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
 }
 
 /// `offload` (TMO-style): two tenants alike (200 MiB, a 16 MiB hot set, the
-/// rest never touched again), on a host with zram swap; `tenants.slice/batch`
-/// has `offload = { pressure = "1%", step = "5%" }`, `tenants.slice/peer`
+/// rest never touched again) and a third with the same offload policy whose
+/// 200 MiB are all warm (Zipf, every page touched within seconds), on a
+/// host with zram swap; `tenants.slice/batch`
+/// has `offload = { pressure = "1%", step = "5%", min_age = "10s" }`, `tenants.slice/peer`
 /// none (the baseline in the same boot). batch must give up its cold tail
 /// (DRAM down to about its hot set, part of it swapped from the lower
 /// tier) while its memory pressure stays under the threshold and its hot
@@ -2519,14 +2521,21 @@ for t in batch peer; do
     mkcg tenants.slice/$t
     start_log tenants.slice/$t /tmp/$t.log tierload hotset --size-mib 200 --hot-mib 16 --report-s 1 > /dev/null
 done
+# Warm everywhere: Zipf popularity over all its pages, each touched within seconds.
+mkcg tenants.slice/warm
+start_log tenants.slice/warm /tmp/warm.log tierload zipf --size-mib 200 --report-s 1 > /dev/null
 wait_usage tenants.slice/batch 190 90
 wait_usage tenants.slice/peer 190 90
+wait_usage tenants.slice/warm 190 90
 cat > /tmp/t.toml <<'EOF'
 [daemon]
 interval = "1s"
 [[policy]]
 match = "tenants.slice/batch"
-offload = { pressure = "1%", step = "5%" }
+offload = { pressure = "1%", step = "5%", min_age = "10s" }
+[[policy]]
+match = "tenants.slice/warm"
+offload = { pressure = "1%", step = "5%", min_age = "10s" }
 [[policy]]
 match = "tenants.slice/peer"
 EOF
@@ -2546,6 +2555,8 @@ done
 for j in 1 2 3 4 5; do sample; sleep 2; done
 emit_report batch /tmp/batch.log
 emit_report peer /tmp/peer.log
+emit_report warm /tmp/warm.log
+emit_node tenants.slice/warm
 tierctl metrics | grep -E '^tierd_container_(offload_bytes_total|memory_pressure_percent)' | sed 's/^/METRIC /'
 kill -TERM $TIERD; wait $TIERD; echo "TIERD-EXIT $?"
 grep -E 'offload' /tmp/tierd.log | grep -v DEBUG | head -5 | sed 's/^/LOG /'
@@ -2601,6 +2612,16 @@ grep -E 'offload' /tmp/tierd.log | grep -v DEBUG | head -5 | sed 's/^/LOG /'
         g.output
             .contains("tierd_container_offload_bytes_total{cgroup=\"tenants.slice/batch\"}"),
         "{}",
+        g.output
+    );
+    // Offload takes only pages untouched for min_age: the warm tenant,
+    // same policy, keeps its DRAM and its hit ratio.
+    let warm = nodes(&g.output, "tenants.slice/warm");
+    let hit = report("warm")["hit_ratio"].as_f64().unwrap();
+    eprintln!("warm (offload, Zipf over all pages): N0/N1 {warm:?}, hit ratio {hit}");
+    assert!(
+        warm[0].0 >= 180 && hit >= 0.95,
+        "warm {warm:?} hit {hit}\n{}",
         g.output
     );
 }

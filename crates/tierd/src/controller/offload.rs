@@ -8,11 +8,71 @@ use super::*;
 use crate::controller::actuate::Agings;
 
 impl Controller {
+    /// The offload's eviction through MGLRU ([`cgroupctl::LruGen::evict_cold`]):
+    /// `bytes` split over the container's memcgs and every node in
+    /// proportion to their pages there. Returns the bytes asked that old
+    /// enough generations held (what the kernel could take). `None` when
+    /// tierd does not use lru_gen or it does not list the container.
+    fn evict_cold(
+        &self,
+        m: &Managed,
+        bytes: u64,
+        min_age_ms: u64,
+        gens: &mut Option<Vec<cgroupctl::lru_gen::MemcgGens>>,
+        agings: &mut Agings,
+    ) -> Option<cgroupctl::Result<u64>> {
+        let lg = self.lru_gen.as_ref()?;
+        let all = match gens {
+            Some(a) => a,
+            None => match lg.read() {
+                Ok(a) => gens.insert(a),
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        let memcgs: Vec<&cgroupctl::lru_gen::MemcgGens> = m
+            .members
+            .iter()
+            .filter_map(|p| {
+                let want = format!("/{}", p.trim_matches('/'));
+                all.iter().find(|g| g.path == want)
+            })
+            .collect();
+        let parts: Vec<_> = memcgs
+            .into_iter()
+            .flat_map(|g| {
+                self.topo
+                    .nodes
+                    .iter()
+                    .map(move |n| (g, n.id, g.resident_pages(n.id)))
+            })
+            .filter(|&(_, _, pages)| pages > 0)
+            .collect();
+        let total: u64 = parts.iter().map(|p| p.2).sum();
+        if total == 0 {
+            return None;
+        }
+        let want = bytes.div_ceil(PAGE_BYTES);
+        let mut taken = 0u64;
+        for (g, node, pages) in parts {
+            let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
+            match lg.evict_cold(g, node, share, self.swappiness, min_age_ms) {
+                Ok(ev) => {
+                    taken += ev.asked_pages.min(ev.evictable_pages);
+                    agings.count += u64::from(ev.agings);
+                    agings.time += ev.aging;
+                }
+                Err(cgroupctl::Error::Vanished(_)) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok((taken * PAGE_BYTES).min(bytes)))
+    }
+
     /// Runs the offload step of each offloading container. Through MGLRU's
     /// eviction command where tierd uses it, on every node the container
-    /// has pages on, oldest generations only (after at most two agings:
-    /// pages untouched between two page-table walks), so a hot set is
-    /// never taken: from fast nodes that is demotion, from lower nodes
+    /// has pages on, generations at least `min_age` old only (pages
+    /// untouched about that long), so neither a hot set nor warm pages are
+    /// taken: from fast nodes that is demotion, from lower nodes
     /// reclaim to swap or zswap where the host has it (anonymous pages on
     /// the lowest tier have nowhere else to go, so without swap only file
     /// pages leave there). Else one `memory.reclaim` write (LRU order).
@@ -49,15 +109,21 @@ impl Controller {
             self.offload_pressure.insert(m.id, pressure);
             let step = o.step_bytes(current, pressure);
             if step < MIN_RECLAIM_BYTES {
+                if pressure >= o.pressure_pct {
+                    tracing::debug!(container = %m.path, pressure, threshold = o.pressure_pct,
+                        "offload backs off: memory pressure at or above the threshold");
+                }
                 continue;
             }
-            let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
-            let r = match self.demote_lru_gen(m, step, gens, agings, self.swappiness, &nodes) {
+            // Without lru_gen, memory.reclaim in LRU order: no page-age
+            // guard (docs/DESIGN.md offload).
+            let r = match self.evict_cold(m, step, o.min_age_ms, gens, agings) {
                 Some(r) => r,
-                None => self.cg.reclaim(&m.path, step),
+                None => self.cg.reclaim(&m.path, step).map(|_| step),
             };
             match r {
-                Ok(_) => {
+                Ok(0) => {}
+                Ok(step) => {
                     self.metrics
                         .container_offload_bytes
                         .get_or_create(&labels)
