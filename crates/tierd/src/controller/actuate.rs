@@ -140,6 +140,10 @@ impl Controller {
     }
 }
 
+/// One memcg of a container on one node, with its pages there: what an
+/// eviction through lru_gen splits its pages over.
+pub(super) type EvictionPart<'g> = (&'g MemcgGens, u32, u64);
+
 /// The MGLRU agings one cycle's demotions ran (count, wall time).
 #[derive(Debug, Default)]
 pub(in crate::controller) struct Agings {
@@ -230,24 +234,21 @@ impl Controller {
         Ok(before.saturating_sub(file_fast(self)?))
     }
 
-    /// The lru_gen half of [`Self::demote`]; `None` when tierd does not use
-    /// lru_gen or lru_gen does not list the container. `swappiness` 0
-    /// evicts file pages only; `nodes` are the nodes evicted from, in
-    /// proportion to the container's pages on each (the fast nodes for a
-    /// demotion).
-    pub(super) fn demote_lru_gen(
+    /// The parts an eviction through lru_gen splits its pages over: each of
+    /// the container's memcgs on each of `nodes` where it has pages, with
+    /// those pages, from this cycle's read of lru_gen (`gens`, made on
+    /// first use; evicting one container's memcgs leaves the others'
+    /// generations as read). `None` when tierd does not use lru_gen or it
+    /// lists none of the container's memcgs (lru_gen names memcgs relative
+    /// to the reader's cgroup namespace): the caller writes memory.reclaim.
+    pub(super) fn lru_gen_parts<'g>(
         &self,
         m: &Managed,
-        bytes: u64,
-        gens: &mut Option<Vec<MemcgGens>>,
-        agings: &mut Agings,
-        swappiness: u32,
+        gens: &'g mut Option<Vec<MemcgGens>>,
         nodes: &NodeSet,
-    ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
+    ) -> Option<cgroupctl::Result<Vec<EvictionPart<'g>>>> {
         let lg = self.lru_gen.as_ref()?;
-        // Evicting one container's memcgs leaves the others' generations
-        // as read.
-        let all = match gens {
+        let all: &'g Vec<MemcgGens> = match gens {
             Some(a) => a,
             None => match lg.read() {
                 Ok(a) => gens.insert(a),
@@ -263,17 +264,36 @@ impl Controller {
             })
             .collect();
         if memcgs.is_empty() {
-            // lru_gen names memcgs relative to the reader's cgroup namespace:
-            // a container it does not list is demoted the other way.
             tracing::debug!(container = %m.path, file = %lg.path().display(),
                 "not listed in lru_gen; memory.reclaim instead");
             return None;
         }
-        let parts: Vec<(&MemcgGens, u32, u64)> = memcgs
+        Some(Ok(memcgs
             .into_iter()
             .flat_map(|g| nodes.iter().map(move |&n| (g, n, g.resident_pages(n))))
             .filter(|&(_, _, pages)| pages > 0)
-            .collect();
+            .collect()))
+    }
+
+    /// The lru_gen half of [`Self::demote`]; `None` when tierd does not use
+    /// lru_gen or lru_gen does not list the container. `swappiness` 0
+    /// evicts file pages only; `nodes` are the nodes evicted from, in
+    /// proportion to the container's pages on each (the fast nodes for a
+    /// demotion).
+    pub(super) fn demote_lru_gen(
+        &self,
+        m: &Managed,
+        bytes: u64,
+        gens: &mut Option<Vec<MemcgGens>>,
+        agings: &mut Agings,
+        swappiness: u32,
+        nodes: &NodeSet,
+    ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
+        let lg = self.lru_gen.as_ref()?;
+        let parts = match self.lru_gen_parts(m, gens, nodes)? {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
         let total: u64 = parts.iter().map(|p| p.2).sum();
         if total == 0 {
             return Some(Ok(ReclaimOutcome::Short));

@@ -22,31 +22,11 @@ impl Controller {
         agings: &mut Agings,
     ) -> Option<cgroupctl::Result<u64>> {
         let lg = self.lru_gen.as_ref()?;
-        let all = match gens {
-            Some(a) => a,
-            None => match lg.read() {
-                Ok(a) => gens.insert(a),
-                Err(e) => return Some(Err(e)),
-            },
+        let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
+        let parts = match self.lru_gen_parts(m, gens, &nodes)? {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
         };
-        let memcgs: Vec<&cgroupctl::lru_gen::MemcgGens> = m
-            .members
-            .iter()
-            .filter_map(|p| {
-                let want = format!("/{}", p.trim_matches('/'));
-                all.iter().find(|g| g.path == want)
-            })
-            .collect();
-        let parts: Vec<_> = memcgs
-            .into_iter()
-            .flat_map(|g| {
-                self.topo
-                    .nodes
-                    .iter()
-                    .map(move |n| (g, n.id, g.resident_pages(n.id)))
-            })
-            .filter(|&(_, _, pages)| pages > 0)
-            .collect();
         let total: u64 = parts.iter().map(|p| p.2).sum();
         if total == 0 {
             return None;
