@@ -351,7 +351,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
 /// The VM tests run again on Linux 7.3 and on the CXL Type-3 device (issue
 /// 13): (package, test target, name filters; none = every test of the
 /// target). The guest itself, the DAMON driver, the movers, the eBPF probe,
-/// the restore of every setting, and tierd end to end.
+/// the restore of every setting, tierd end to end, and weighted
+/// interleave (issue 14).
 const KERNEL_DEPENDENT_VM_TESTS: [(&str, &str, &[&str]); 4] = [
     (
         "testbed",
@@ -369,6 +370,10 @@ const KERNEL_DEPENDENT_VM_TESTS: [(&str, &str, &[&str]); 4] = [
             "hot_set_on_cxl_is_promoted_within_budget",
             "kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched",
             "tierd_promotion_falls_back_to_the_kernels_while_damon_is_unavailable",
+            // Weighted interleave: 7.3 has the kernel's `auto` weights to
+            // turn off and back on; the CXL device takes the interleaved
+            // allocations itself.
+            "interleave_placement_splits_by_weight_and_holds_the_split",
         ],
     ),
 ];
