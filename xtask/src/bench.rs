@@ -35,6 +35,11 @@ pub struct ScenarioFile {
     /// The scenario's own `modes = [..]`, overriding the command line's
     /// (overhead scenarios run under tierd only).
     pub modes: Option<Vec<String>>,
+    /// Kernel modules the guest needs for it (`modules = [..]`, load order).
+    pub modules: Vec<String>,
+    /// `memory_kinds = true`: the report has a table of each container's
+    /// anon / file bytes per tier, swap and memory pressure.
+    pub memory_kinds: bool,
 }
 
 impl ScenarioFile {
@@ -126,7 +131,7 @@ pub fn load(path: &Path, dram_mib: u64) -> Result<Vec<ScenarioFile>> {
     });
     if !v.contains_key("tierd_config") {
         bail!(
-            "{}: no top-level tierd_config (keys after a [sweep] table belong to it: put [sweep] last)",
+            "{}: no top-level tierd_config (keys after a [sweep] or [[event]] table belong to it: put tables last)",
             path.display()
         );
     }
@@ -199,7 +204,22 @@ pub fn load(path: &Path, dram_mib: u64) -> Result<Vec<ScenarioFile>> {
                         .map(|x| x as u64),
                 })
                 .collect();
+            let strings = |k: &str| -> Vec<String> {
+                t.get(k)
+                    .and_then(|x| x.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
             Ok(ScenarioFile {
+                modules: strings("modules"),
+                memory_kinds: t
+                    .get("memory_kinds")
+                    .and_then(|x| x.as_bool())
+                    .unwrap_or(false),
                 checkpoints_s: ints("checkpoints_s"),
                 duration_s: t
                     .get("duration_s")
@@ -223,6 +243,9 @@ pub struct Series {
     pub host: BTreeMap<String, Vec<Value>>,
     /// By mode: tierd's per-phase cycle profile (`PROFILE` line).
     pub profile: BTreeMap<String, Value>,
+    /// By mode: the tierd metric samples the scenario asked for
+    /// (`report_metrics`; `METRIC` lines), as /metrics prints them.
+    pub metrics: BTreeMap<String, Vec<String>>,
 }
 
 /// Collects `SAMPLE` and `HOST` lines by scenario.
@@ -233,7 +256,7 @@ pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
             Some(x) => x,
             None => continue,
         };
-        if tag != "SAMPLE" && tag != "HOST" && tag != "PROFILE" {
+        if !["SAMPLE", "HOST", "PROFILE", "METRIC"].contains(&tag) {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(rest) else {
@@ -244,6 +267,11 @@ pub fn parse_output(out: &str) -> BTreeMap<String, Series> {
         let s = by.entry(sc).or_default();
         if tag == "PROFILE" {
             s.profile.insert(mode, v);
+            continue;
+        }
+        if tag == "METRIC" {
+            let line = v["sample"].as_str().unwrap_or_default().to_owned();
+            s.metrics.entry(mode).or_default().push(line);
             continue;
         }
         let m = if tag == "SAMPLE" {
@@ -491,6 +519,60 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
                 "–".into()
             },
         );
+    }
+    if sc.memory_kinds {
+        t += &kinds_table(sc, s, modes);
+    }
+    for (mode, lines) in &s.metrics {
+        let _ = writeln!(t, "\ntierd metrics at the end of {mode}:\n\n```");
+        for l in lines {
+            let _ = writeln!(t, "{l}");
+        }
+        t += "```\n";
+    }
+    t
+}
+
+/// Per mode and container: anon and file MiB on the fast / lower tier at
+/// the last sample, swap, memory.pressure's largest `some avg10`, and the
+/// workload's hit ratio and throughput at the end.
+fn kinds_table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
+    let mut t = String::from(
+        "\n| mode | container | anon fast / lower (MiB) | file fast / lower (MiB) | swap (MiB) | memory.pressure some avg10, max (%) | hit ratio | M accesses/s |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for mode in modes {
+        let Some(samples) = s.samples.get(mode) else {
+            continue;
+        };
+        for c in &sc.containers {
+            let mine: Vec<&Value> = samples
+                .iter()
+                .filter(|v| v["container"] == c.name.as_str())
+                .collect();
+            let Some(last) = mine.last() else { continue };
+            let g = |k: &str| f(last, k).unwrap_or(0.0) / MIB;
+            let psi = mine
+                .iter()
+                .filter_map(|v| f(v, "pressure_some_avg10"))
+                .fold(0.0, f64::max);
+            let opt = |k: &str, scale: f64, digits: usize| {
+                f(last, k)
+                    .map(|x| format!("{:.*}", digits, x / scale))
+                    .unwrap_or_else(|| "–".into())
+            };
+            let _ = writeln!(
+                t,
+                "| {mode} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {psi:.2} | {} | {} |",
+                c.name,
+                g("fast_bytes") - g("file_fast_bytes"),
+                g("lower_bytes") - g("file_lower_bytes"),
+                g("file_fast_bytes"),
+                g("file_lower_bytes"),
+                g("swap_bytes"),
+                opt("hit_ratio", 1.0, 3),
+                opt("accesses_per_s", 1e6, 3),
+            );
+        }
     }
     t
 }
@@ -1361,7 +1443,7 @@ args = ["hotset", "--size-mib", "400", "--hot-mib", "{hot}"]
             }
             n += 1;
         }
-        assert!(n >= 14, "only {n} scenario files in {}", dir.display());
+        assert!(n >= 18, "only {n} scenario files in {}", dir.display());
     }
 
     #[test]
@@ -1428,6 +1510,8 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             }],
             sweep: None,
             modes: None,
+            modules: vec![],
+            memory_kinds: false,
         }
     }
 
@@ -1675,6 +1759,8 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             }],
             sweep: None,
             modes: None,
+            modules: vec![],
+            memory_kinds: false,
         };
         let d = tempfile::tempdir().unwrap();
         let modes = vec!["kernel".to_string(), "tierd".to_string()];
@@ -1713,6 +1799,7 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             binaries: bins,
             files: vec![(staged, guest.clone())],
             timeout: std::time::Duration::from_secs(120 + modes.len() as u64 * (duration_s + 60)),
+            modules: sc.modules.clone(),
             ..Default::default()
         };
         let out = testbed::run(

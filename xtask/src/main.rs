@@ -413,6 +413,7 @@ fn demo(
     // Each scenario file is staged once and run by every repeat.
     let mut guest_paths = Vec::with_capacity(expanded.len());
     for sc in &expanded {
+        add_modules(&mut cfg, sc);
         let host = stage.join(format!("{}.toml", sc.name));
         std::fs::write(&host, &sc.text)?;
         let guest = format!("/scenarios/{}.toml", sc.name);
@@ -591,6 +592,7 @@ fn bench_cmd(
     let mut total_s = 60;
     let mut staged = Vec::new();
     for sc in &scenarios {
+        add_modules(&mut cfg, sc);
         let n_modes = sc.modes(&modes_v).len() as u64;
         let host = stage.join(format!("{}.toml", sc.name));
         std::fs::write(&host, &sc.text)?;
@@ -665,6 +667,16 @@ fn soak_cmd(vm: &VmArgs, soak_s: u64, out_dir: &Path) -> Result<()> {
         bail!("churn soak failed: {}", r.problems.join("; "));
     }
     Ok(())
+}
+
+/// Adds a scenario's kernel modules (`modules = [..]`) to the guest's,
+/// keeping their order and each once.
+fn add_modules(cfg: &mut testbed::VmConfig, sc: &bench::ScenarioFile) {
+    for m in &sc.modules {
+        if !cfg.modules.contains(m) {
+            cfg.modules.push(m.clone());
+        }
+    }
 }
 
 /// Runs a script in the guest (its output streams to stdout as it comes

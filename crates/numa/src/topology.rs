@@ -447,7 +447,19 @@ impl Topology {
     /// Errors name the file; a host without NUMA sysfs gives
     /// [`TopologyError::NoNodes`].
     pub fn discover(sysfs: impl AsRef<Path>) -> Result<Topology> {
-        let sysfs = sysfs.as_ref();
+        Self::read(sysfs.as_ref(), None)
+    }
+
+    /// The topology as it is now, for the per-interval check of capacity
+    /// changes ([`Topology::changes`]): re-reads the online nodes, the
+    /// tiers and every node's `meminfo`, and carries each known node's CPU
+    /// count and HMAT attributes over from `self` (read only for a node
+    /// that is new). Errors as [`Topology::discover`].
+    pub fn reread(&self, sysfs: impl AsRef<Path>) -> Result<Topology> {
+        Self::read(sysfs.as_ref(), Some(self))
+    }
+
+    fn read(sysfs: &Path, known: Option<&Topology>) -> Result<Topology> {
         let node_dir = sysfs.join(NODE_DIR);
         let online = node_dir.join("online");
         let ids: Vec<u32> = if online.is_file() {
@@ -473,16 +485,19 @@ impl Topology {
         let mut nodes = Vec::with_capacity(ids.len());
         for id in ids {
             let dir = node_dir.join(format!("node{id}"));
-            let cpus = read_list(&dir.join("cpulist"))?.len();
             let (mem_total_bytes, mem_free_bytes) = read_meminfo(&dir, id)?;
             let tier = tiers.iter().find(|t| t.nodes.contains(&id)).map(|t| t.id);
+            let (cpus, hmat) = match known.and_then(|k| k.node(id)) {
+                Some(n) => (n.cpus, n.hmat),
+                None => (read_list(&dir.join("cpulist"))?.len(), read_hmat(&dir)?),
+            };
             nodes.push(NodeInfo {
                 id,
                 cpus,
                 mem_total_bytes,
                 mem_free_bytes,
                 tier,
-                hmat: read_hmat(&dir)?,
+                hmat,
             });
         }
         Ok(Topology {
@@ -828,6 +843,30 @@ mod tests {
         t.refresh_free(s.root()).unwrap();
         assert_eq!(t.fast_free_bytes(), 1000 * 1024);
         assert_eq!(t.nodes[1].mem_free_bytes, 1000000 * 1024);
+    }
+
+    /// `reread` sees what `discover` sees of nodes, tiers and MemTotal
+    /// (the capacity check's inputs), and reads CPUs and HMAT only for a
+    /// node it did not know.
+    #[test]
+    fn reread_sees_capacity_and_tiers_as_discover_does() {
+        let s = two_tier();
+        let t = Topology::discover(s.root()).unwrap();
+        // Half of node 1's memory offlined, node 1 moved to another tier.
+        s.node(1, "", 524288, 1000).tier(22, "").tier(20, "1");
+        let r = t.reread(s.root()).unwrap();
+        assert_eq!(r, Topology::discover(s.root()).unwrap());
+        assert_eq!(t.changes(&r).len(), 1);
+        // CPUs of a known node are carried over, not re-read.
+        s.node(0, "0-7", 1014196, 1000);
+        assert_eq!(t.reread(s.root()).unwrap().nodes[0].cpus, 4);
+        // A node that comes online is read whole.
+        s.file(&format!("{NODE_DIR}/online"), "0-2\n")
+            .node(2, "", 262144, 262144)
+            .tier(20, "1-2");
+        let r = t.reread(s.root()).unwrap();
+        assert_eq!(r.nodes.len(), 3);
+        assert_eq!(r.node(2).map(|n| n.mem_total_bytes), Some(262144 * 1024));
     }
 
     #[test]

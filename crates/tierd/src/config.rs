@@ -1499,13 +1499,16 @@ mod tests {
         assert_eq!(c.container_policy(1).local_high, Share::Fraction(0.5));
     }
 
-    /// The tierd config of every shipped scenario (benches/scenarios)
-    /// passes validation: the bench runs what the daemon accepts.
+    /// The tierd config of every shipped scenario (benches/scenarios and
+    /// its cxl/) passes validation: the bench runs what the daemon accepts.
     #[test]
     fn scenario_configs_are_valid() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/scenarios");
         let mut n = 0;
-        for e in std::fs::read_dir(&dir).unwrap() {
+        let files = std::fs::read_dir(&dir)
+            .unwrap()
+            .chain(std::fs::read_dir(dir.join("cxl")).unwrap());
+        for e in files {
             let p = e.unwrap().path();
             if p.extension().is_none_or(|x| x != "toml") {
                 continue;
@@ -1516,7 +1519,7 @@ mod tests {
             assert!(!c.policies.is_empty(), "{}", p.display());
             n += 1;
         }
-        assert!(n >= 12, "{n} scenario files in {}", dir.display());
+        assert!(n >= 18, "{n} scenario files in {}", dir.display());
     }
 
     /// Every rejected config names the file and the offending key.

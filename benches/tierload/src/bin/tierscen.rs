@@ -150,6 +150,44 @@ struct Scenario {
     tierd_config: String,
     #[serde(rename = "container")]
     containers: Vec<ContainerSpec>,
+    /// Kernel modules the scenario needs (`zram`, `loop`), in load order:
+    /// `cargo xtask bench` places them in the guest's
+    /// `/lib/modules/<release>/`, tierscen loads each one not yet loaded
+    /// before [`Scenario::setup`].
+    #[serde(default)]
+    modules: Vec<String>,
+    /// Shell commands (`sh -c`) run once, in order, before the first mode:
+    /// a swap device, a file system. A failure fails the scenario.
+    #[serde(default)]
+    setup: Vec<String>,
+    /// Shell commands run once after the last mode, whatever its outcome
+    /// (a swap device turned off, so that later scenarios of the same boot
+    /// run without it); failures are printed.
+    #[serde(default)]
+    teardown: Vec<String>,
+    /// Commands run at a time into every mode (memory offlined, onlined).
+    #[serde(default, rename = "event")]
+    events: Vec<EventSpec>,
+    /// tierd metric families whose samples are printed at the end of each
+    /// tierd mode (`METRIC <json>` lines with `--emit`), e.g.
+    /// `tierd_topology_changes_total`.
+    #[serde(default)]
+    report_metrics: Vec<String>,
+    /// Report memory by kind per container (anon / file per tier, swap,
+    /// memory.pressure): read every sample anyway; this only asks
+    /// `cargo xtask bench` for the table.
+    #[serde(default)]
+    memory_kinds: bool,
+}
+
+/// A command run `at_s` seconds into every mode, in `sh -c`; its output is
+/// printed (`EVENT` lines) and a non-zero exit fails the scenario once all
+/// modes have run.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventSpec {
+    at_s: u64,
+    run: String,
 }
 
 fn default_sample() -> u64 {
@@ -179,6 +217,11 @@ struct ContainerSpec {
     /// `["redis-server", "--port", "7001", "--save", ""]`), stopped with it.
     #[serde(default)]
     server: Option<Vec<String>>,
+    /// Launch the workload through `tierd exec --policy NAME` in the tierd
+    /// modes (a `placement = "interleave"` policy: the memory policy is
+    /// set before exec); a plain launch under kernel tiering.
+    #[serde(default)]
+    policy: Option<String>,
 }
 
 /// The last report line a workload printed (tierload's JSON), as far as we use it.
@@ -215,6 +258,14 @@ struct Sample {
     /// tierload's modelled mean access latency (accesses × HMAT node
     /// latency): a model, not a measurement.
     model_latency_ns: Option<f64>,
+    /// Page-cache bytes on fast / lower-tier nodes (`file` of
+    /// memory.numa_stat); anonymous = the totals above minus these.
+    file_fast_bytes: u64,
+    file_lower_bytes: u64,
+    /// memory.swap.current, bytes (0 without swap accounting).
+    swap_bytes: u64,
+    /// memory.pressure `some avg10`, percent (cgroup-v2.rst, PSI).
+    pressure_some_avg10: Option<f64>,
 }
 
 struct Running {
@@ -244,11 +295,20 @@ fn parse_list(s: &str) -> Vec<u32> {
     v
 }
 
-/// Fast and lower-tier bytes (anon + file) of a cgroup from memory.numa_stat.
-fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
+/// A cgroup's bytes by tier from memory.numa_stat: anon + file on fast and
+/// lower-tier nodes, and of it the file (page cache) bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Placement {
+    fast: u64,
+    lower: u64,
+    file_fast: u64,
+    file_lower: u64,
+}
+
+fn placement(cgroup: &str, fast: &[u32]) -> Result<Placement> {
     let path = Path::new(CGROUP_ROOT).join(cgroup).join("memory.numa_stat");
     let text = fs::read_to_string(&path).with_context(|| path.display().to_string())?;
-    let (mut f, mut l) = (0, 0);
+    let mut p = Placement::default();
     for line in text.lines() {
         let mut it = line.split_whitespace();
         let key = it.next().unwrap_or("");
@@ -263,14 +323,40 @@ fn placement(cgroup: &str, fast: &[u32]) -> Result<(u64, u64)> {
             else {
                 continue;
             };
+            let file = key == "file";
             if fast.contains(&n) {
-                f += b;
+                p.fast += b;
+                p.file_fast += if file { b } else { 0 };
             } else {
-                l += b;
+                p.lower += b;
+                p.file_lower += if file { b } else { 0 };
             }
         }
     }
-    Ok((f, l))
+    Ok(p)
+}
+
+/// memory.swap.current of a cgroup, bytes (0 where absent).
+fn swap_bytes(cgroup: &str) -> u64 {
+    fs::read_to_string(
+        Path::new(CGROUP_ROOT)
+            .join(cgroup)
+            .join("memory.swap.current"),
+    )
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or(0)
+}
+
+/// `some avg10` of a cgroup's memory.pressure, percent.
+fn pressure_some_avg10(cgroup: &str) -> Option<f64> {
+    let text =
+        fs::read_to_string(Path::new(CGROUP_ROOT).join(cgroup).join("memory.pressure")).ok()?;
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("avg10="))?
+        .parse()
+        .ok()
 }
 
 /// DAMON_STAT's switch (Linux 6.17+; on from boot in Debian's 7.x kernels).
@@ -419,7 +505,10 @@ fn rmcgroup(path: &str) {
     }
 }
 
-fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
+/// Starts container `i`'s server and workload in its cgroup; in a tierd
+/// mode (`tierd_config` = the config tierd runs with) a container with a
+/// `policy` is launched through `tierd exec --policy`.
+fn spawn_workload(i: usize, spec: &ContainerSpec, tierd_config: Option<&Path>) -> Result<Running> {
     let procs = Path::new(CGROUP_ROOT)
         .join(&spec.cgroup)
         .join("cgroup.procs");
@@ -441,7 +530,16 @@ fn spawn_workload(i: usize, spec: &ContainerSpec) -> Result<Running> {
         _ => None,
     };
     let program = spec.program.as_deref().unwrap_or("tierload");
-    let mut cmd = Command::new(program);
+    let mut cmd = match (&spec.policy, tierd_config) {
+        (Some(policy), Some(cfg)) => {
+            let mut c = Command::new("tierd");
+            c.arg("--config")
+                .arg(cfg)
+                .args(["exec", "--policy", policy, "--", program]);
+            c
+        }
+        _ => Command::new(program),
+    };
     cmd.args(&spec.args);
     if program == "tierload" {
         cmd.args(["--name", &spec.name]);
@@ -500,6 +598,8 @@ struct ModeResult {
     host: Vec<HostSample>,
     converged_s: Option<f64>,
     profile: Option<CycleProfile>,
+    /// Events whose command failed (the scenario fails after all modes).
+    event_failures: Vec<String>,
 }
 
 /// Where tierd's cycles spent their wall time, from its /metrics at the end
@@ -717,6 +817,7 @@ fn run_mode(
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     revive_given_up_nodes(&sc.name, mode);
     let mut tierd: Option<Child> = None;
+    let mut tierd_config: Option<PathBuf> = None;
     let _damon_stat = DamonStatOff::for_mode(mode);
     let watchdog_pings = Arc::new(Mutex::new(0u64));
     let mut addr = String::from("127.0.0.1:9464");
@@ -776,6 +877,7 @@ fn run_mode(
                 .context("start tierd (is it on PATH?)")?;
             let pid = child.id();
             tierd = Some(child);
+            tierd_config = Some(cfg_path.clone());
             let started = Instant::now();
             let mut buf = [0u8; 512];
             loop {
@@ -845,12 +947,27 @@ fn run_mode(
     let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[], clock))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
+    let mut events_run: Vec<usize> = Vec::new();
+    let mut event_failures: Vec<String> = Vec::new();
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
     while start.elapsed().as_secs_f64() < duration_s as f64 + 0.5 {
         let t = start.elapsed().as_secs_f64();
         for (i, c) in sc.containers.iter().enumerate() {
             if c.start_s as f64 <= t && !running.iter().any(|r| r.spec_index == i) {
-                running.push(spawn_workload(i, c)?);
+                running.push(spawn_workload(i, c, tierd_config.as_deref())?);
+            }
+        }
+        for (i, e) in sc.events.iter().enumerate() {
+            if e.at_s as f64 <= t && !events_run.contains(&i) {
+                events_run.push(i);
+                if let Err(err) = run_event(e, t) {
+                    println!("EVENT_FAILED t={t:.0}s {}: {err:#}", e.run);
+                    event_failures.push(format!(
+                        "{} / {} at {t:.0} s: {err:#}",
+                        sc.name,
+                        mode.label()
+                    ));
+                }
             }
         }
         if t >= next_sample as f64 {
@@ -878,7 +995,8 @@ fn run_mode(
             let mut all_within = running.len() == sc.containers.len() && t >= last_start as f64;
             for r in &running {
                 let spec = &sc.containers[r.spec_index];
-                let (f, l) = placement(&spec.cgroup, &fast).unwrap_or((0, 0));
+                let p = placement(&spec.cgroup, &fast).unwrap_or_default();
+                let (f, l) = (p.fast, p.lower);
                 let rep = r.report.lock().unwrap().clone();
                 let target = targets.get(&spec.cgroup).map(|t| t.0);
                 let why = targets
@@ -903,6 +1021,10 @@ fn run_mode(
                     top10_residency: rep.as_ref().and_then(|r| r.top10_residency),
                     accesses_per_s: rep.as_ref().map(|r| r.accesses_per_s),
                     model_latency_ns: rep.as_ref().map(|r| r.model_latency_ns),
+                    file_fast_bytes: p.file_fast,
+                    file_lower_bytes: p.file_lower,
+                    swap_bytes: swap_bytes(&spec.cgroup),
+                    pressure_some_avg10: pressure_some_avg10(&spec.cgroup),
                 };
                 match target {
                     Some(tg) if tg > 0 => {
@@ -961,6 +1083,12 @@ fn run_mode(
         if let (Some(p), true) = (&profile, cli.emit) {
             println!("PROFILE {}", serde_json::to_string(p)?);
         }
+        for line in metric_samples(&text, &sc.report_metrics) {
+            println!(
+                "METRIC {}",
+                serde_json::json!({"scenario": sc.name, "mode": mode.label(), "sample": line})
+            );
+        }
         if cli.metrics {
             println!("--- tierd /metrics at the end of {} ---", sc.name);
             print!("{text}");
@@ -991,7 +1119,98 @@ fn run_mode(
         host,
         converged_s,
         profile,
+        event_failures,
     })
+}
+
+/// Every mode of the command line in turn; a mode without samples fails.
+fn run_modes(
+    sc: &Scenario,
+    duration_s: u64,
+    cli: &Cli,
+    json: &mut Option<fs::File>,
+    clock: &hotness::probe::HintFaultProbe,
+) -> Result<Vec<ModeResult>> {
+    let mut results = Vec::new();
+    for &mode in &cli.modes {
+        let r = run_mode(sc, mode, duration_s, cli, json, clock)?;
+        if r.samples.is_empty() {
+            bail!("{} / {:?}: no samples recorded", sc.name, mode);
+        }
+        results.push(r);
+    }
+    Ok(results)
+}
+
+/// Runs one scenario event (`sh -c`), printing its output as `EVENT` lines.
+fn run_event(e: &EventSpec, t: f64) -> Result<()> {
+    println!("EVENT t={t:.0}s: {}", e.run);
+    let out = Command::new("sh")
+        .args(["-c", &e.run])
+        .output()
+        .context("run sh")?;
+    for l in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+    {
+        println!("EVENT | {l}");
+    }
+    if !out.status.success() {
+        bail!("exited with {}", out.status);
+    }
+    Ok(())
+}
+
+/// The sample lines of `/metrics` text whose metric family is one of
+/// `families` (name up to `{` or the space).
+fn metric_samples<'a>(metrics: &'a str, families: &[String]) -> Vec<&'a str> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let name = l.split(['{', ' ']).next().unwrap_or("");
+            families.iter().any(|f| f == name)
+        })
+        .collect()
+}
+
+/// Loads the scenario's kernel modules not yet loaded (busybox `insmod`
+/// resolves no dependencies: they are listed in load order), then runs its
+/// setup commands.
+fn prepare(sc: &Scenario) -> Result<()> {
+    let release = kernel_release()?;
+    for m in &sc.modules {
+        if Path::new("/sys/module").join(m.replace('-', "_")).exists() {
+            continue;
+        }
+        let ko = format!("/lib/modules/{release}/{m}.ko");
+        let st = Command::new("insmod")
+            .arg(&ko)
+            .status()
+            .with_context(|| format!("insmod {ko}"))?;
+        if !st.success() {
+            bail!("insmod {ko} exited with {st}: the scenario needs kernel module {m} (cargo xtask bench places the scenario's `modules` in the guest)");
+        }
+    }
+    for cmd in &sc.setup {
+        println!("SETUP {cmd}");
+        let st = Command::new("sh")
+            .args(["-c", cmd])
+            .status()
+            .with_context(|| format!("setup: sh -c {cmd:?}"))?;
+        if !st.success() {
+            bail!("{}: setup command {cmd:?} exited with {st}", sc.name);
+        }
+    }
+    Ok(())
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release() -> Result<String> {
+    Ok(fs::read_to_string("/proc/sys/kernel/osrelease")
+        .context("/proc/sys/kernel/osrelease")?
+        .trim()
+        .to_owned())
 }
 
 fn summarize(sc: &Scenario, results: &[ModeResult]) {
@@ -1062,6 +1281,27 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                 low,
                 worst
             );
+        }
+        if sc.memory_kinds {
+            for c in &sc.containers {
+                let mine: Vec<&Sample> =
+                    r.samples.iter().filter(|s| s.container == c.name).collect();
+                let Some(s) = mine.last() else { continue };
+                let psi = mine
+                    .iter()
+                    .filter_map(|s| s.pressure_some_avg10)
+                    .fold(0.0, f64::max);
+                println!(
+                    "{:<8} {}: at the end anon {:.0} / {:.0} MiB, file {:.0} / {:.0} MiB (fast / lower), swap {:.0} MiB; memory.pressure some avg10 max {psi:.2}%",
+                    r.mode.label(),
+                    c.name,
+                    mib(s.fast_bytes - s.file_fast_bytes),
+                    mib(s.lower_bytes - s.file_lower_bytes),
+                    mib(s.file_fast_bytes),
+                    mib(s.file_lower_bytes),
+                    mib(s.swap_bytes),
+                );
+            }
         }
         for c in &sc.containers {
             let reached = r
@@ -1173,17 +1413,23 @@ fn main() -> Result<()> {
         Some(p) => Some(fs::File::create(p).with_context(|| p.display().to_string())?),
         None => None,
     };
+    prepare(&sc)?;
     pin_harness_code();
     let clock = promotion_clock()?;
-    let mut results = Vec::new();
-    for &mode in &cli.modes {
-        let r = run_mode(&sc, mode, duration_s, &cli, &mut json, &clock)?;
-        if r.samples.is_empty() {
-            bail!("{} / {:?}: no samples recorded", sc.name, mode);
+    let results = run_modes(&sc, duration_s, &cli, &mut json, &clock);
+    for cmd in &sc.teardown {
+        println!("TEARDOWN {cmd}");
+        match Command::new("sh").args(["-c", cmd]).status() {
+            Ok(st) if st.success() => {}
+            r => println!("tierscen: teardown command {cmd:?}: {r:?}"),
         }
-        results.push(r);
     }
+    let results = results?;
     summarize(&sc, &results);
+    let failed: Vec<&String> = results.iter().flat_map(|r| &r.event_failures).collect();
+    if !failed.is_empty() {
+        bail!("scenario events failed: {failed:?}");
+    }
     Ok(())
 }
 
@@ -1437,7 +1683,54 @@ fn state_times(dir: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::cycle_profile;
+    use super::{cycle_profile, metric_samples, Scenario};
+
+    #[test]
+    fn metric_samples_pick_whole_families() {
+        let text = "# HELP tierd_topology_changes_total Changes\n\
+                    tierd_topology_changes_total 6\n\
+                    tierd_topology_changes_total_extra 1\n\
+                    tierd_node_capacity_bytes{node=\"1\"} 0\n\
+                    tierd_nodes 2\n";
+        let fams = [
+            "tierd_topology_changes_total".into(),
+            "tierd_node_capacity_bytes".into(),
+        ];
+        assert_eq!(
+            metric_samples(text, &fams),
+            [
+                "tierd_topology_changes_total 6",
+                "tierd_node_capacity_bytes{node=\"1\"} 0"
+            ]
+        );
+    }
+
+    /// Every scenario file of the repository is one tierscen accepts (its
+    /// keys are checked: `deny_unknown_fields`).
+    #[test]
+    fn every_shipped_scenario_parses() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir)
+            .unwrap()
+            .chain(std::fs::read_dir(dir.join("cxl")).unwrap())
+        {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let mut v: toml::Table = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            // Keys of `cargo xtask bench`, removed before the guest sees the file.
+            v.remove("sweep");
+            v.remove("modes");
+            let sc: Scenario = v
+                .try_into()
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            assert!(!sc.containers.is_empty(), "{}", p.display());
+            n += 1;
+        }
+        assert!(n >= 18, "{n} scenario files in {}", dir.display());
+    }
 
     #[test]
     fn cycle_profile_reads_phases_in_cycle_order() {

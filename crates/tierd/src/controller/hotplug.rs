@@ -16,7 +16,12 @@ impl Controller {
     /// and the loop goes on).
     pub(super) fn refresh_topology(&mut self) -> Result<bool> {
         let sysfs = &self.cfg.daemon.sysfs_root;
-        let fresh = Topology::discover(sysfs)
+        // Nodes, tiers and MemTotal; CPUs and HMAT of known nodes do not
+        // change with memory hotplug (docs/BENCHMARKS.md: the full
+        // discover cost ~2 ms a cycle under emulation).
+        let fresh = self
+            .topo
+            .reread(sysfs)
             .with_context(|| format!("cannot read the NUMA topology under {}", sysfs.display()))?;
         let changes = self.topo.changes(&fresh);
         let was_tiered = self.topo.is_tiered();
