@@ -2089,6 +2089,10 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             });
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("smoke.toml");
+        // Every scenario feature once: a module, setup and teardown, an
+        // event, a launch through `tierd exec` (weights 1:1: half of `a`
+        // on node 1 under tierd, none under kernel tiering), memory by
+        // kind, a metric family.
         std::fs::write(
             &p,
             r#"
@@ -2097,15 +2101,26 @@ duration_s = 15
 sample_s = 3
 checkpoints_s = [6, 15]
 modes = ["kernel", "tierd-pages"]
+modules = ["loop"]
+setup = ["echo ready > /tmp/smoke-setup"]
+teardown = ["rm /tmp/smoke-setup"]
+memory_kinds = true
+report_metrics = ["tierd_topology_changes_total"]
 tierd_config = """
 [daemon]
 interval = "1s"
+[[policy]]
+name = "bw"
+match = "tenants.slice/a"
+placement = "interleave"
+interleave_weights = { fast = 1, lower = 1 }
 [[policy]]
 match = "tenants.slice/*"
 """
 [[container]]
 name = "a"
 cgroup = "tenants.slice/a"
+policy = "bw"
 args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
 [[container]]
 name = "b"
@@ -2113,6 +2128,9 @@ cgroup = "tenants.slice/b"
 start_s = 3
 local_low_mib = 16
 args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
+[[event]]
+at_s = 5
+run = "test -d /sys/module/loop && echo \"loop loaded, setup $(cat /tmp/smoke-setup)\""
 "#,
         )
         .unwrap();
@@ -2124,10 +2142,17 @@ args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
             binaries: bins,
             files: vec![(staged_path, "/scenarios/smoke.toml".into())],
             timeout: std::time::Duration::from_secs(300),
+            modules: scenarios[0].modules.clone(),
             ..Default::default()
         };
-        let out = testbed::run(&cfg, &script(&staged, &[], None))
-            .unwrap_or_else(|e| panic!("emulated CXL host failed: {e:#}"));
+        let out = testbed::run(
+            &cfg,
+            &script(&staged, &[], None).replace(
+                "exit $FAILED\n",
+                "test -e /tmp/smoke-setup || echo TEARDOWN-DONE\nexit $FAILED\n",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("emulated CXL host failed: {e:#}"));
         assert_eq!(out.exit_code, 0, "{}", out.output);
         let series = parse_output(&out.output);
         let modes = scenarios[0].modes(&[]);
@@ -2140,5 +2165,36 @@ args = ["hotset", "--size-mib", "32", "--hot-mib", "8", "--report-s", "2"]
         assert!(report.contains("| tierd-pages | b |"), "{report}");
         assert!(d.path().join("out/smoke/fast-bytes.png").is_file());
         assert!(d.path().join("out/smoke/residency.png").is_file());
+        // The event ran in both modes, after the module and the setup.
+        assert_eq!(
+            out.output
+                .matches("EVENT | loop loaded, setup ready")
+                .count(),
+            2,
+            "{}",
+            out.output
+        );
+        assert!(out.output.contains("TEARDOWN-DONE"), "{}", out.output);
+        assert!(report.contains("| anon fast / lower (MiB) |"), "{report}");
+        assert!(
+            report.contains("tierd metrics at the end of tierd-pages")
+                && report.contains("tierd_topology_changes_total 0"),
+            "{report}"
+        );
+        // `a` through tierd exec: interleaved 1:1 under tierd only.
+        let lower_share = |mode: &str| {
+            let v = series["smoke"].samples[mode]
+                .iter()
+                .rfind(|v| v["container"] == "a")
+                .unwrap();
+            f(v, "lower_bytes").unwrap()
+                / (f(v, "fast_bytes").unwrap() + f(v, "lower_bytes").unwrap())
+        };
+        let (k, t) = (lower_share("kernel"), lower_share("tierd-pages"));
+        assert!(
+            k < 0.1 && (0.35..0.65).contains(&t),
+            "a's lower-tier share: kernel {k:.2}, tierd {t:.2}\n{}",
+            out.output
+        );
     }
 }

@@ -180,10 +180,10 @@ struct Scenario {
     memory_kinds: bool,
 }
 
-/// A command run `at_s` seconds into every mode, in `sh -c`; its output is
-/// printed (`EVENT` lines) and a non-zero exit fails the scenario once all
-/// modes have run.
-#[derive(Debug, Deserialize)]
+/// A command run `at_s` seconds into every mode, in `sh -c`, beside the
+/// sampling (see [`spawn_events`]); its output is printed (`EVENT` lines)
+/// and a non-zero exit fails the scenario once all modes have run.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EventSpec {
     at_s: u64,
@@ -947,27 +947,13 @@ fn run_mode(
     let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[], clock))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
-    let mut events_run: Vec<usize> = Vec::new();
-    let mut event_failures: Vec<String> = Vec::new();
+    let events = spawn_events(&sc.events, start, format!("{} / {}", sc.name, mode.label()));
     let last_start = sc.containers.iter().map(|c| c.start_s).max().unwrap_or(0);
     while start.elapsed().as_secs_f64() < duration_s as f64 + 0.5 {
         let t = start.elapsed().as_secs_f64();
         for (i, c) in sc.containers.iter().enumerate() {
             if c.start_s as f64 <= t && !running.iter().any(|r| r.spec_index == i) {
                 running.push(spawn_workload(i, c, tierd_config.as_deref())?);
-            }
-        }
-        for (i, e) in sc.events.iter().enumerate() {
-            if e.at_s as f64 <= t && !events_run.contains(&i) {
-                events_run.push(i);
-                if let Err(err) = run_event(e, t) {
-                    println!("EVENT_FAILED t={t:.0}s {}: {err:#}", e.run);
-                    event_failures.push(format!(
-                        "{} / {} at {t:.0} s: {err:#}",
-                        sc.name,
-                        mode.label()
-                    ));
-                }
             }
         }
         if t >= next_sample as f64 {
@@ -1094,6 +1080,11 @@ fn run_mode(
             print!("{text}");
         }
     }
+    // Events still running (an offline that waits for migration) end
+    // before the workloads stop.
+    let event_failures = events
+        .join()
+        .unwrap_or_else(|_| vec!["the event thread panicked".into()]);
     stop(&mut running);
     if let Some(mut t) = tierd {
         unsafe {
@@ -1140,6 +1131,34 @@ fn run_modes(
         results.push(r);
     }
     Ok(results)
+}
+
+/// Runs a mode's events in order on a thread of their own, so that
+/// sampling goes on while one runs (offlining memory waits for its pages
+/// to migrate): each starts at `start + at_s`, or when the one before it
+/// ended if that is later. Returns what failed, labelled with `label`.
+fn spawn_events(
+    events: &[EventSpec],
+    start: Instant,
+    label: String,
+) -> thread::JoinHandle<Vec<String>> {
+    let mut events = events.to_vec();
+    events.sort_by_key(|e| e.at_s);
+    thread::spawn(move || {
+        let mut failed = Vec::new();
+        for e in &events {
+            let at = Duration::from_secs(e.at_s);
+            if let Some(wait) = at.checked_sub(start.elapsed()) {
+                thread::sleep(wait);
+            }
+            let t = start.elapsed().as_secs_f64();
+            if let Err(err) = run_event(e, t) {
+                println!("EVENT_FAILED t={t:.0}s {}: {err:#}", e.run);
+                failed.push(format!("{label} at {t:.0} s: {err:#}"));
+            }
+        }
+        failed
+    })
 }
 
 /// Runs one scenario event (`sh -c`), printing its output as `EVENT` lines.
