@@ -74,6 +74,24 @@ impl MemcgGens {
             .map_or(0, |g| g.iter().map(|g| g.anon_pages + g.file_pages).sum())
     }
 
+    /// Pages on `node` in generations younger than `max_age_ms` (touched,
+    /// or allocated, about that recently); `None` when the youngest
+    /// generation there is `stale_ms` old or older: not aged since, so
+    /// pages touched meanwhile still sit in older generations.
+    pub fn young_pages(&self, node: u32, max_age_ms: u64, stale_ms: u64) -> Option<u64> {
+        let gens = self.nodes.get(&node)?;
+        let youngest = gens.iter().max_by_key(|g| g.seq)?;
+        if youngest.age_ms >= stale_ms {
+            return None;
+        }
+        Some(
+            gens.iter()
+                .filter(|g| g.age_ms < max_age_ms)
+                .map(|g| g.anon_pages + g.file_pages)
+                .sum(),
+        )
+    }
+
     /// Pages the eviction command can take on `node` now: those in
     /// generations older than the two youngest.
     pub fn evictable_pages(&self, node: u32) -> u64 {
@@ -376,6 +394,20 @@ mod tests {
                 file_pages: 0
             }
         );
+    }
+
+    /// The warm set: pages in generations younger than the age asked,
+    /// and none known when the youngest generation is stale.
+    #[test]
+    fn young_pages_count_recent_generations_while_fresh() {
+        let m = parse(Path::new("lru_gen"), SAMPLE).unwrap();
+        // /x node 0: gens aged 9464, 6216 and 3032 ms (24, 154322, 0 pages).
+        assert_eq!(m[1].young_pages(0, 7000, 5000), Some(154322));
+        assert_eq!(m[1].young_pages(0, 10_000, 5000), Some(154346));
+        assert_eq!(m[1].young_pages(0, 3000, 5000), Some(0));
+        // Youngest aged 3032 ms ago: stale for a 3 s limit.
+        assert_eq!(m[1].young_pages(0, 7000, 3000), None);
+        assert_eq!(m[1].young_pages(7, 7000, 5000), None);
     }
 
     #[test]

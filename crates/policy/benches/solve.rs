@@ -50,6 +50,7 @@ fn host(n: usize) -> Snapshot {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: None,
+                warm_bytes: None,
             }
         })
         .collect();

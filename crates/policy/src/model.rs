@@ -41,8 +41,10 @@ pub struct ContainerPolicy {
     /// out of the shared pool and it is never demoted.
     pub opt_out: bool,
     /// TMO-style offload of cold memory paced by memory pressure; `None`
-    /// for none. An offloading container's demand is what it holds on the
-    /// fast tier: the offload decides its footprint, the share the rest.
+    /// for none. An offloading container's demand is its warm set
+    /// ([`ContainerSnapshot::warm_bytes`]), or what it holds on the fast
+    /// tier while that is unknown: its cold pages make room for others at
+    /// once, the offload paces the rest of its footprint.
     pub offload: Option<Offload>,
 }
 
@@ -120,6 +122,12 @@ pub struct ContainerSnapshot {
     /// to tell hot regions from cold; `None` otherwise. An assisted
     /// container claims room for them (see [`Plan::need_bytes`]).
     pub lower_hot_bytes: Option<u64>,
+    /// For a container whose policy has `offload`: its bytes on every node
+    /// in MGLRU generations younger than the offload's `min_age` (pages
+    /// touched about that recently: its warm set), read while those
+    /// generations are fresh; `None` when unknown (no lru_gen, not aged
+    /// recently) and for other containers.
+    pub warm_bytes: Option<u64>,
 }
 
 /// Tier crossings of one container since the previous snapshot, in bytes.

@@ -501,13 +501,16 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         DemandSource::Usage => usage,
         DemandSource::HotSet => c.hot_bytes.map_or(usage, |h| h.min(usage)),
     };
-    // An offloading container holds on the fast tier what its pressure says
-    // it needs (the offload shrinks it, promotion of what it touches grows
-    // it): the share does not claim room back for what offload let go.
-    let demand_bytes = if c.policy.offload.is_some() {
-        demand_bytes.min(c.fast_bytes)
-    } else {
-        demand_bytes
+    // An offloading container needs on the fast tier what it touched
+    // within the offload's min_age (its warm set): its cold pages are
+    // demoted by the share as soon as another container needs the room,
+    // and the share does not claim room back for what offload let go.
+    // While the warm set is unknown, what it holds (the offload shrinks
+    // it, promotion of what it touches grows it).
+    let demand_bytes = match (&c.policy.offload, c.warm_bytes) {
+        (Some(_), Some(warm)) => demand_bytes.min(warm),
+        (Some(_), None) => demand_bytes.min(c.fast_bytes),
+        (None, _) => demand_bytes,
     };
     let local_high_bytes = c.policy.local_high.resolve(usage);
     let local_low_bytes = c.policy.local_low.resolve(usage).min(local_high_bytes);

@@ -43,6 +43,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         migrations: Default::default(),
         recallable_bytes: 0,
         lower_hot_bytes: None,
+        warm_bytes: None,
     }
 }
 
@@ -1448,6 +1449,36 @@ fn an_offloading_container_keeps_what_it_holds_and_the_rest_goes_to_others() {
     // Without offload the two would split the tier.
     let s = snap(4 * GIB, vec![c(1, GIB, 2 * GIB), c(2, GIB, 4 * GIB)]);
     assert_eq!(target(&run(&s, &params()), 1), 2 * GIB);
+}
+
+#[test]
+fn an_offloading_container_gives_its_cold_fast_tier_bytes_to_others() {
+    // 4 GiB fast tier. The offloading container holds 2 GiB on it, of
+    // which 512 MiB were touched within min_age; the other wants 5 GiB.
+    let mut off = c(1, 2 * GIB, GIB);
+    off.policy.offload = Some(TMO);
+    off.warm_bytes = Some(GIB / 2);
+    // The other fills the rest of the tier and has 1 GiB of known-hot
+    // pages on the lower tier to promote.
+    let mut other = c(2, 2 * GIB, 3 * GIB);
+    other.recallable_bytes = GIB;
+    let s = snap(4 * GIB, vec![off.clone(), other.clone()]);
+    let plan = run(&s, &params());
+    // Its demand is its warm set: its cold bytes are the other's share,
+    // demoted as the other claims the room, not at the offload's pace.
+    let p1 = plan.get(1).unwrap();
+    assert_eq!((p1.demand_bytes, p1.target_bytes), (GIB / 2, GIB / 2));
+    assert_eq!(target(&plan, 2), 4 * GIB - GIB / 2);
+    assert!(p1.demote_bytes >= GIB, "{p1:?}");
+    // While its warm set is unknown it keeps what it holds.
+    off.warm_bytes = None;
+    let plan = run(&snap(4 * GIB, vec![off.clone(), other]), &params());
+    let p1 = plan.get(1).unwrap();
+    assert_eq!((p1.target_bytes, p1.demote_bytes), (2 * GIB, 0));
+    // With nobody else wanting the room it keeps it (work-conserving).
+    off.warm_bytes = Some(GIB / 2);
+    let plan = run(&snap(4 * GIB, vec![off]), &params());
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
 }
 
 proptest! {

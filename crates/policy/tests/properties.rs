@@ -44,6 +44,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: lower_hot,
+                warm_bytes: None,
             }
         })
 }
@@ -318,6 +319,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: None,
+                warm_bytes: None,
             };
             s.containers.push(pair(1, split_a, hot_a));
             s.containers.push(pair(2, split_b, hot_b));

@@ -458,6 +458,8 @@ impl Controller {
         self.lap(&mut phase, "damon");
 
         let mut snaps = Vec::with_capacity(managed.len());
+        // lru_gen for the offloaders' warm sets: read once, on first use.
+        let mut warm_gens = None;
         let mut per_node: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
         let mut kept = Vec::with_capacity(managed.len());
         for m in managed {
@@ -508,6 +510,7 @@ impl Controller {
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
                 lower_hot_bytes: self.lower_hot_bytes(m.id),
+                warm_bytes: self.warm_bytes(&m, &mut warm_gens),
             });
             kept.push(m);
         }

@@ -48,6 +48,36 @@ impl Controller {
         Some(Ok((taken * PAGE_BYTES).min(bytes)))
     }
 
+    /// An offloading container's warm set
+    /// ([`policy::ContainerSnapshot::warm_bytes`]): its bytes on every node
+    /// in generations younger than the policy's `min_age`, while each of
+    /// its memcgs was aged within `min_age` there (the offload's step ages
+    /// once the youngest generation is a third of it old; with no aging
+    /// for `min_age` every generation would look cold). `None` for a
+    /// container without offload, without
+    /// lru_gen, or with a generation list that is stale or unreadable (its
+    /// demand then falls back to what it holds on the fast tier).
+    pub(super) fn warm_bytes(
+        &self,
+        m: &Managed,
+        gens: &mut Option<Vec<cgroupctl::lru_gen::MemcgGens>>,
+    ) -> Option<u64> {
+        let o = self.cfg.container_policy(m.policy_index).offload?;
+        let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
+        let parts = match self.lru_gen_parts(m, gens, &nodes)? {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(container = %m.path, error = %e, "offload: cannot read lru_gen; demand is what the container holds");
+                return None;
+            }
+        };
+        let mut pages = 0;
+        for (g, node, _) in parts {
+            pages += g.young_pages(node, o.min_age_ms, o.min_age_ms)?;
+        }
+        Some(pages * PAGE_BYTES)
+    }
+
     /// Runs the offload step of each offloading container. Through MGLRU's
     /// eviction command where tierd uses it, on every node the container
     /// has pages on, generations at least `min_age` old only (pages
