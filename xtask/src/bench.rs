@@ -418,60 +418,51 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
         " hot set ≥ 95% on DRAM after | MiB × s below local_low | modelled latency (ns, model) |"
     );
     let _ = writeln!(t, "|{}", "---|".repeat(6 + cps.len()));
-    for mode in modes {
-        let Some(samples) = s.samples.get(mode) else {
-            continue;
-        };
-        for c in &sc.containers {
-            let mine: Vec<&Value> = samples
-                .iter()
-                .filter(|v| v["container"] == c.name.as_str())
-                .collect();
-            let Some(last) = mine.last() else { continue };
-            let _ = write!(
-                t,
-                "| {mode} | {} | {:.1} |",
-                c.name,
-                100.0 * f(last, "local_ratio").unwrap_or(0.0)
-            );
-            for &cp in cps {
-                let near = mine.iter().min_by(|a, b| {
-                    (f(a, "t_s").unwrap_or(0.0) - cp as f64)
-                        .abs()
-                        .total_cmp(&(f(b, "t_s").unwrap_or(0.0) - cp as f64).abs())
-                });
-                match near.and_then(|v| f(v, "hot_residency")) {
-                    Some(r) => {
-                        let _ = write!(t, " {r:.3} |");
-                    }
-                    None => t.push_str(" – |"),
-                }
-            }
-            match mine
-                .iter()
-                .find(|v| f(v, "hot_residency").is_some_and(|r| r >= 0.95))
-            {
-                Some(v) => {
-                    let _ = write!(
-                        t,
-                        " {:.0} s |",
-                        f(v, "t_s").unwrap_or(0.0) - c.start_s as f64
-                    );
-                }
-                None => t.push_str(" never |"),
-            }
-            match c.local_low_mib {
-                Some(low) => {
-                    let _ = write!(t, " {:.0} |", below_local_low(&mine, low));
+    for (mode, c, mine) in container_samples(sc, s, modes) {
+        let last = mine[mine.len() - 1];
+        let _ = write!(
+            t,
+            "| {mode} | {} | {:.1} |",
+            c.name,
+            100.0 * f(last, "local_ratio").unwrap_or(0.0)
+        );
+        for &cp in cps {
+            let near = mine.iter().min_by(|a, b| {
+                (f(a, "t_s").unwrap_or(0.0) - cp as f64)
+                    .abs()
+                    .total_cmp(&(f(b, "t_s").unwrap_or(0.0) - cp as f64).abs())
+            });
+            match near.and_then(|v| f(v, "hot_residency")) {
+                Some(r) => {
+                    let _ = write!(t, " {r:.3} |");
                 }
                 None => t.push_str(" – |"),
             }
-            match f(last, "model_latency_ns") {
-                Some(l) if l > 0.0 => {
-                    let _ = writeln!(t, " {l:.0} |");
-                }
-                _ => t.push_str(" – |\n"),
+        }
+        match mine
+            .iter()
+            .find(|v| f(v, "hot_residency").is_some_and(|r| r >= 0.95))
+        {
+            Some(v) => {
+                let _ = write!(
+                    t,
+                    " {:.0} s |",
+                    f(v, "t_s").unwrap_or(0.0) - c.start_s as f64
+                );
             }
+            None => t.push_str(" never |"),
+        }
+        match c.local_low_mib {
+            Some(low) => {
+                let _ = write!(t, " {:.0} |", below_local_low(&mine, low));
+            }
+            None => t.push_str(" – |"),
+        }
+        match f(last, "model_latency_ns") {
+            Some(l) if l > 0.0 => {
+                let _ = writeln!(t, " {l:.0} |");
+            }
+            _ => t.push_str(" – |\n"),
         }
     }
     // Host-wide and spread.
@@ -533,6 +524,25 @@ pub fn table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
     t
 }
 
+/// Each mode's samples of each container that has any, in mode then
+/// container order.
+fn container_samples<'a>(
+    sc: &'a ScenarioFile,
+    s: &'a Series,
+    modes: &'a [String],
+) -> impl Iterator<Item = (&'a str, &'a ContainerInfo, Vec<&'a Value>)> {
+    modes.iter().flat_map(move |mode| {
+        let samples = s.samples.get(mode);
+        sc.containers.iter().filter_map(move |c| {
+            let mine: Vec<&Value> = samples?
+                .iter()
+                .filter(|v| v["container"] == c.name.as_str())
+                .collect();
+            (!mine.is_empty()).then_some((mode.as_str(), c, mine))
+        })
+    })
+}
+
 /// Per mode and container: anon and file MiB on the fast / lower tier at
 /// the last sample, swap, memory.pressure's largest `some avg10`, and the
 /// workload's hit ratio and throughput at the end.
@@ -540,39 +550,30 @@ fn kinds_table(sc: &ScenarioFile, s: &Series, modes: &[String]) -> String {
     let mut t = String::from(
         "\n| mode | container | anon fast / lower (MiB) | file fast / lower (MiB) | swap (MiB) | memory.pressure some avg10, max (%) | hit ratio | M accesses/s |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for mode in modes {
-        let Some(samples) = s.samples.get(mode) else {
-            continue;
+    for (mode, c, mine) in container_samples(sc, s, modes) {
+        let last = mine[mine.len() - 1];
+        let g = |k: &str| f(last, k).unwrap_or(0.0) / MIB;
+        let psi = mine
+            .iter()
+            .filter_map(|v| f(v, "pressure_some_avg10"))
+            .fold(0.0, f64::max);
+        let opt = |k: &str, scale: f64, digits: usize| {
+            f(last, k)
+                .map(|x| format!("{:.*}", digits, x / scale))
+                .unwrap_or_else(|| "–".into())
         };
-        for c in &sc.containers {
-            let mine: Vec<&Value> = samples
-                .iter()
-                .filter(|v| v["container"] == c.name.as_str())
-                .collect();
-            let Some(last) = mine.last() else { continue };
-            let g = |k: &str| f(last, k).unwrap_or(0.0) / MIB;
-            let psi = mine
-                .iter()
-                .filter_map(|v| f(v, "pressure_some_avg10"))
-                .fold(0.0, f64::max);
-            let opt = |k: &str, scale: f64, digits: usize| {
-                f(last, k)
-                    .map(|x| format!("{:.*}", digits, x / scale))
-                    .unwrap_or_else(|| "–".into())
-            };
-            let _ = writeln!(
-                t,
-                "| {mode} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {psi:.2} | {} | {} |",
-                c.name,
-                g("fast_bytes") - g("file_fast_bytes"),
-                g("lower_bytes") - g("file_lower_bytes"),
-                g("file_fast_bytes"),
-                g("file_lower_bytes"),
-                g("swap_bytes"),
-                opt("hit_ratio", 1.0, 3),
-                opt("accesses_per_s", 1e6, 3),
-            );
-        }
+        let _ = writeln!(
+            t,
+            "| {mode} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {psi:.2} | {} | {} |",
+            c.name,
+            g("fast_bytes") - g("file_fast_bytes"),
+            g("lower_bytes") - g("file_lower_bytes"),
+            g("file_fast_bytes"),
+            g("file_lower_bytes"),
+            g("swap_bytes"),
+            opt("hit_ratio", 1.0, 3),
+            opt("accesses_per_s", 1e6, 3),
+        );
     }
     t
 }

@@ -556,8 +556,8 @@ impl Controller {
             );
         }
 
-        let recalling =
-            self.actuating() && self.actuate(&managed, &snapshot, &plan, &fast, &mut phase);
+        let recalling = self.actuating()
+            && self.actuate(&managed, &snapshot, &plan, &fast, warm_gens, &mut phase);
         if self.actuating() {
             let names = |id: u64| {
                 managed

@@ -18,6 +18,7 @@ impl Controller {
         snapshot: &Snapshot,
         plan: &Plan,
         fast: &NodeSet,
+        gens: Option<Vec<MemcgGens>>,
         phase: &mut Instant,
     ) -> bool {
         // Which (knob, ancestor) pairs have a protected managed child.
@@ -66,8 +67,9 @@ impl Controller {
         // memory.reclaim (LRU order) for whatever demotion is left.
         let moved_down = self.regulated_moves(managed, plan);
         self.lap(phase, "move");
-        // lru_gen lists every memcg: read once per cycle, on first use.
-        let mut gens = None;
+        // lru_gen lists every memcg: read once per cycle, on first use (or
+        // already, for the offloaders' warm sets: `gens`).
+        let mut gens = gens;
         let mut agings = Agings::default();
         // What this cycle may demote in about one interval at the pace the
         // lower tier has taken pages so far (the rest waits for the
