@@ -306,31 +306,16 @@ struct Placement {
 }
 
 fn placement(cgroup: &str, fast: &[u32]) -> Result<Placement> {
-    let path = Path::new(CGROUP_ROOT).join(cgroup).join("memory.numa_stat");
-    let text = fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let stat = cgroupctl::CgroupFs::new(CGROUP_ROOT).numa_stat(cgroup)?;
     let mut p = Placement::default();
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let key = it.next().unwrap_or("");
-        if key != "anon" && key != "file" {
-            continue;
-        }
-        for kv in it {
-            let Some((n, b)) = kv.split_once('=') else {
-                continue;
-            };
-            let (Ok(n), Ok(b)) = (n.trim_start_matches('N').parse::<u32>(), b.parse::<u64>())
-            else {
-                continue;
-            };
-            let file = key == "file";
-            if fast.contains(&n) {
-                p.fast += b;
-                p.file_fast += if file { b } else { 0 };
-            } else {
-                p.lower += b;
-                p.file_lower += if file { b } else { 0 };
-            }
+    for n in stat.nodes() {
+        let (all, file) = (stat.resident_bytes(n), stat.file_bytes(n));
+        if fast.contains(&n) {
+            p.fast += all;
+            p.file_fast += file;
+        } else {
+            p.lower += all;
+            p.file_lower += file;
         }
     }
     Ok(p)
@@ -350,13 +335,8 @@ fn swap_bytes(cgroup: &str) -> u64 {
 
 /// `some avg10` of a cgroup's memory.pressure, percent.
 fn pressure_some_avg10(cgroup: &str) -> Option<f64> {
-    let text =
-        fs::read_to_string(Path::new(CGROUP_ROOT).join(cgroup).join("memory.pressure")).ok()?;
-    let some = text.lines().find(|l| l.starts_with("some "))?;
-    some.split_whitespace()
-        .find_map(|kv| kv.strip_prefix("avg10="))?
-        .parse()
-        .ok()
+    let psi = cgroupctl::CgroupFs::new(CGROUP_ROOT).memory_pressure(cgroup);
+    psi.ok().map(|p| p.some.avg10)
 }
 
 /// DAMON_STAT's switch (Linux 6.17+; on from boot in Debian's 7.x kernels).
