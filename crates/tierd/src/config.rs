@@ -411,13 +411,17 @@ pub struct HotnessConfig {
     /// Where tierd records which kdamonds it created (to adopt them after a
     /// restart and never touch anyone else's).
     pub state_file: PathBuf,
-    /// DAMON sampling interval (access check per region). Default 5 ms
-    /// (DAMON's): 20 ms cut the assist's kdamond cost but starved the DAMOS
-    /// mover's cold demotion (docs/NOTES.md "DAMON at 20 ms samples").
+    /// DAMON sampling interval of the virtual-address monitor (heat,
+    /// promotion assist, guarantees, the `move_pages` mover): one access
+    /// check per region. Default 20 ms, four times DAMON's own 5 ms: a page
+    /// touched ten times a second is seen accessed in a fifth of 20 ms
+    /// windows but a twentieth of 5 ms ones, and the kdamond's page-table
+    /// walks cost a quarter (docs/NOTES.md "DAMON at 20 ms samples"). The
+    /// DAMOS mover's kdamond has its own, `damos_sample_interval`.
     #[serde(deserialize_with = "de_duration")]
     pub sample_interval: Duration,
-    /// DAMON aggregation interval (nr_accesses window): 20 samples by
-    /// default.
+    /// DAMON aggregation interval (nr_accesses window) of the same monitor:
+    /// 20 samples by default, so `hot_min_accesses` keeps its meaning.
     #[serde(deserialize_with = "de_duration")]
     pub aggr_interval: Duration,
     /// DAMON operations update interval: how soon new mappings are monitored.
@@ -427,9 +431,30 @@ pub struct HotnessConfig {
     pub update_interval: Duration,
     /// DAMON's lower bound on regions per kdamond context.
     pub min_regions: u64,
-    /// DAMON's upper bound on regions per kdamond context, shared by all
-    /// monitored processes (default 1000, DAMON's).
+    /// DAMON's upper bound on regions of the virtual-address monitor's
+    /// context, shared by all monitored processes. Default 200 (DAMON's
+    /// own is 1000): with the shipped defaults DAMON watches only the one
+    /// or two containers under promotion assist or lacking their
+    /// guarantee, whose hot ranges 200 regions resolve; the kdamond's
+    /// checks and tierd's tried-regions reads (four sysfs files a region)
+    /// grow with it: at 1000 the kdamond took ~18 % of a core during
+    /// cold-hog's assist, at 200 ~5 % (docs/NOTES.md "DAMON at 20 ms
+    /// samples"). Raise it with `source = "damon"` over many containers.
     pub max_regions: u64,
+    /// The DAMOS mover's physical-address kdamond (`mover = "damos"`):
+    /// sampling interval. Default 5 ms, DAMON's: its cold-first demotion
+    /// (`migrate_cold`) ages regions in whole aggregations, and at 20 ms /
+    /// 400 ms it found 73 of the 100 MiB of cold pages its VM test demotes
+    /// (docs/NOTES.md "DAMON at 20 ms samples").
+    #[serde(deserialize_with = "de_duration")]
+    pub damos_sample_interval: Duration,
+    /// The DAMOS mover's aggregation interval (default 100 ms, DAMON's;
+    /// `daemon.cold_min_age` is counted in these for its schemes).
+    #[serde(deserialize_with = "de_duration")]
+    pub damos_aggr_interval: Duration,
+    /// The DAMOS mover's upper bound on regions over all of RAM (default
+    /// 1000, DAMON's; it starts with a quarter of them).
+    pub damos_max_regions: u64,
     /// A region is hot when DAMON saw it accessed in at least this many
     /// samples of the last aggregation interval (default 2 of 20: one is
     /// noise from merged regions and one-off touches).
@@ -453,6 +478,17 @@ pub struct HotnessConfig {
 pub use hotness::hintfaults::HintFaultSource;
 
 impl HotnessConfig {
+    /// DAMON attributes of the DAMOS mover's physical-address kdamond.
+    pub fn damos_attrs(&self) -> hotness::damon::Attrs {
+        hotness::damon::Attrs {
+            sample_us: self.damos_sample_interval.as_micros() as u64,
+            aggr_us: self.damos_aggr_interval.as_micros() as u64,
+            update_us: self.update_interval.as_micros() as u64,
+            min_nr_regions: self.min_regions,
+            max_nr_regions: self.damos_max_regions,
+        }
+    }
+
     /// The monitor's parameters from this section.
     pub fn monitor_params(&self) -> hotness::monitor::MonitorParams {
         hotness::monitor::MonitorParams {
@@ -475,11 +511,14 @@ impl Default for HotnessConfig {
             assisted_only: false,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
-            sample_interval: Duration::from_millis(5),
-            aggr_interval: Duration::from_millis(100),
+            sample_interval: Duration::from_millis(20),
+            aggr_interval: Duration::from_millis(400),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
-            max_regions: 1000,
+            max_regions: 200,
+            damos_sample_interval: Duration::from_millis(5),
+            damos_aggr_interval: Duration::from_millis(100),
+            damos_max_regions: 1000,
             hot_min_accesses: hotness::heat::DEFAULT_HOT_MIN_NR_ACCESSES,
             max_processes: 64,
             node_samples: 16384,
@@ -914,6 +953,24 @@ impl Config {
                 ),
             ));
         }
+        if h.damos_sample_interval.is_zero() || h.damos_aggr_interval < h.damos_sample_interval {
+            return Err(bad(
+                "hotness.damos_aggr_interval",
+                format!(
+                    "{:?} must be at least hotness.damos_sample_interval ({:?}), which must be non-zero",
+                    h.damos_aggr_interval, h.damos_sample_interval
+                ),
+            ));
+        }
+        if h.damos_aggr_interval >= d.interval {
+            return Err(bad(
+                "hotness.damos_aggr_interval",
+                format!(
+                    "{:?} must be shorter than daemon.interval ({:?}): each cycle re-arms the DAMOS quotas",
+                    h.damos_aggr_interval, d.interval
+                ),
+            ));
+        }
         if h.aggr_interval >= d.interval {
             return Err(bad(
                 "hotness.aggr_interval",
@@ -938,6 +995,15 @@ impl Config {
                 format!(
                     "min_regions {} must be ≥ 3 (DAMON vaddr starts with 3 regions) and ≤ max_regions {}",
                     h.min_regions, h.max_regions
+                ),
+            ));
+        }
+        if h.damos_max_regions < h.min_regions {
+            return Err(bad(
+                "hotness.damos_max_regions",
+                format!(
+                    "{} must be at least hotness.min_regions ({})",
+                    h.damos_max_regions, h.min_regions
                 ),
             ));
         }
@@ -1287,6 +1353,12 @@ mod tests {
         assert_eq!(c.daemon.mover, d.mover);
         assert_eq!(c.daemon.headroom, d.headroom);
         assert_eq!(c.daemon.mover_batch, d.mover_batch);
+        let (h, hd) = (&c.hotness, HotnessConfig::default());
+        assert_eq!(
+            (h.sample_interval, h.aggr_interval, h.max_regions),
+            (hd.sample_interval, hd.aggr_interval, hd.max_regions)
+        );
+        assert_eq!(h.damos_attrs(), hd.damos_attrs());
     }
 
     fn parse(s: &str) -> Result<Config, ConfigError> {
@@ -1565,6 +1637,11 @@ mod tests {
                 "hotness.aggr_interval",
             ),
             ("[hotness]\nmin_regions = 1\n", "hotness.max_regions"),
+            (
+                "[hotness]\ndamos_aggr_interval = \"1ms\"\n",
+                "hotness.damos_aggr_interval",
+            ),
+            ("[hotness]\ndamos_max_regions = 5\n", "hotness.damos_max_regions"),
             (
                 "[hotness]\nhot_min_accesses = 21\n",
                 "hotness.hot_min_accesses",

@@ -38,12 +38,14 @@ impl ColdStall {
 }
 
 impl Controller {
-    /// `daemon.cold_min_age` in DAMON aggregation intervals (at least 1):
+    /// `daemon.cold_min_age` in aggregation intervals `aggr` (at least 1):
     /// the region age (DAMON counts it in aggregations) from which a region
     /// is idle enough for cold-first demotion, and up to which an idle
-    /// region still counts for tierd's promotion.
-    fn cold_min_age_aggrs(&self) -> u32 {
-        let aggr_us = self.cfg.hotness.aggr_interval.as_micros().max(1);
+    /// region still counts for tierd's promotion. The virtual-address
+    /// monitor and the DAMOS mover's kdamond aggregate at their own
+    /// intervals (`hotness.aggr_interval`, `hotness.damos_aggr_interval`).
+    fn cold_min_age_aggrs(&self, aggr: Duration) -> u32 {
+        let aggr_us = aggr.as_micros().max(1);
         (self.cfg.daemon.cold_min_age.as_micros() / aggr_us).max(1) as u32
     }
 
@@ -72,7 +74,8 @@ impl Controller {
             return done_down;
         };
         let fast: Vec<u32> = self.topo.fast_nodes().iter().copied().collect();
-        let base_age = self.cold_min_age_aggrs();
+        let base_age = self.cold_min_age_aggrs(self.cfg.hotness.aggr_interval);
+        let damos_age = self.cold_min_age_aggrs(self.cfg.hotness.damos_aggr_interval);
         let mut results: Vec<(u64, Direction, &'static str, Moved)> = Vec::new();
         let now = Instant::now();
         let stall_grace = d.cold_min_age.max(3 * d.interval);
@@ -131,7 +134,7 @@ impl Controller {
                         } else {
                             0
                         },
-                        cold_min_age: base_age.saturating_mul(1 << p.damping_level.min(16)),
+                        cold_min_age: damos_age.saturating_mul(1 << p.damping_level.min(16)),
                         target_fast_bytes: p.target_bytes,
                     })
                 })
@@ -215,7 +218,7 @@ impl Controller {
         if d.promotion != PromotionMode::Tierd || self.hot.pages.is_none() {
             return;
         }
-        let base_age = self.cold_min_age_aggrs();
+        let base_age = self.cold_min_age_aggrs(self.cfg.hotness.aggr_interval);
         let todo: Vec<(u64, u64, u32)> = managed
             .iter()
             .filter_map(|m| {

@@ -65,7 +65,7 @@ impl Controller {
         if want_damos {
             match DamosMover::new(
                 claim.indices[1],
-                HeatMonitor::attrs(&h.monitor_params()),
+                h.damos_attrs(),
                 &d.sysfs_root,
                 &fast,
                 &lower,
