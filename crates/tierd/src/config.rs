@@ -944,41 +944,40 @@ impl Config {
             ));
         }
         let h = &raw.hotness;
-        if h.sample_interval.is_zero() || h.aggr_interval < h.sample_interval {
-            return Err(bad(
-                "hotness.aggr_interval",
-                format!(
-                    "{:?} must be at least hotness.sample_interval ({:?}), which must be non-zero",
-                    h.aggr_interval, h.sample_interval
-                ),
-            ));
-        }
-        if h.damos_sample_interval.is_zero() || h.damos_aggr_interval < h.damos_sample_interval {
-            return Err(bad(
-                "hotness.damos_aggr_interval",
-                format!(
-                    "{:?} must be at least hotness.damos_sample_interval ({:?}), which must be non-zero",
-                    h.damos_aggr_interval, h.damos_sample_interval
-                ),
-            ));
-        }
-        if h.damos_aggr_interval >= d.interval {
-            return Err(bad(
-                "hotness.damos_aggr_interval",
-                format!(
-                    "{:?} must be shorter than daemon.interval ({:?}): each cycle re-arms the DAMOS quotas",
-                    h.damos_aggr_interval, d.interval
-                ),
-            ));
-        }
-        if h.aggr_interval >= d.interval {
-            return Err(bad(
-                "hotness.aggr_interval",
-                format!(
-                    "{:?} must be shorter than daemon.interval ({:?}): each cycle reads one aggregation",
-                    h.aggr_interval, d.interval
-                ),
-            ));
+        // Each kdamond's intervals: the virtual-address monitor's and the
+        // DAMOS mover's.
+        for (prefix, sample, aggr, why) in [
+            (
+                "",
+                h.sample_interval,
+                h.aggr_interval,
+                "each cycle reads one aggregation",
+            ),
+            (
+                "damos_",
+                h.damos_sample_interval,
+                h.damos_aggr_interval,
+                "each cycle re-arms the DAMOS quotas",
+            ),
+        ] {
+            let key = format!("hotness.{prefix}aggr_interval");
+            if sample.is_zero() || aggr < sample {
+                return Err(bad(
+                    &key,
+                    format!(
+                        "{aggr:?} must be at least hotness.{prefix}sample_interval ({sample:?}), which must be non-zero"
+                    ),
+                ));
+            }
+            if aggr >= d.interval {
+                return Err(bad(
+                    &key,
+                    format!(
+                        "{aggr:?} must be shorter than daemon.interval ({:?}): {why}",
+                        d.interval
+                    ),
+                ));
+            }
         }
         if !(1..=16).contains(&h.nodes_shift) {
             return Err(bad(
