@@ -39,6 +39,16 @@ use crate::model::{AssistState, ContainerId};
 /// swapping under 1 MiB a cycle.
 pub const SWAP_IDLE_CYCLES: u32 = 3;
 
+/// The within-share swap demotes only fast-tier pages untouched for this
+/// long, milliseconds (MGLRU generations at least this old, after an
+/// aging: `cgroupctl::LruGen::evict_cold`). Its promotion half then fits
+/// the room those pages left. Without the floor the swap evicted the
+/// oldest generation whatever its age: for a Zipf cache tenant those are
+/// pages touched every second or two, traded for tail regions DAMON
+/// called hot, 100 MiB down and up again in a cycle (docs/NOTES.md
+/// "The within-share swap takes only cold pages").
+pub const SWAP_MIN_AGE_MS: u64 = 30_000;
+
 /// Most doublings of the wait before an assist after assists that found
 /// nothing hot on the lower tier (10 s → 20, 40, 80 s at the default
 /// `assist_after`). A container left just under target − band with only

@@ -12,6 +12,7 @@ mod solve;
 mod steady;
 mod thrash;
 
+pub use assist::SWAP_MIN_AGE_MS;
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
 pub use model::*;
 pub use solve::solve;

@@ -85,6 +85,16 @@ impl Controller {
                 continue;
             }
             budget -= demote;
+            // A within-share swap's half goes first, cold pages only; where
+            // lru_gen is not used it stays in the LRU-order demotion.
+            let swap = p.swap_bytes.min(demote);
+            let (demote, swap_left) = match self.swap_out(m, swap, &mut gens, &mut agings) {
+                Some(()) => (demote - swap, 0),
+                None => (demote, swap),
+            };
+            if demote < MIN_RECLAIM_BYTES {
+                continue;
+            }
             let labels = ContainerLabels {
                 cgroup: m.path.clone(),
             };
@@ -103,7 +113,7 @@ impl Controller {
                     // other pages of the container: not ping-pong input
                     // (min(down, up) would read its two halves as one).
                     self.own_moved.entry(m.id).or_default().demoted_bytes +=
-                        demote.saturating_sub(p.swap_bytes);
+                        demote.saturating_sub(swap_left);
                     self.metrics
                         .container_demote_requested_bytes
                         .get_or_create(&labels)
@@ -208,6 +218,47 @@ impl Controller {
             Some(r) => r,
             None => self.cg.reclaim(&m.path, bytes),
         }
+    }
+
+    /// The demotion half of a within-share swap (`ContainerPlan::swap_bytes`,
+    /// bytes): the container's fast-tier pages in MGLRU generations at
+    /// least [`policy::SWAP_MIN_AGE_MS`] old, up to `bytes`
+    /// ([`Self::evict_cold`] on the fast nodes, which ages first when the
+    /// youngest generation is stale). What was not that cold stays: the
+    /// assist's promotion half then finds only the room these pages left,
+    /// so the swap neither trades warm pages nor leaves DRAM empty. `None`
+    /// when tierd does not use lru_gen (the caller demotes in LRU order);
+    /// errors are logged and counted, and the swap skips this cycle.
+    fn swap_out(
+        &mut self,
+        m: &Managed,
+        bytes: u64,
+        gens: &mut Option<Vec<MemcgGens>>,
+        agings: &mut Agings,
+    ) -> Option<()> {
+        if bytes == 0 {
+            return Some(());
+        }
+        let fast = self.topo.fast_nodes();
+        match self.evict_cold(m, bytes, policy::SWAP_MIN_AGE_MS, &fast, gens, agings)? {
+            Ok(taken) => {
+                tracing::debug!(container = %m.path, asked = bytes, cold = taken,
+                    "within-share swap: demoted its pages untouched for {} s",
+                    policy::SWAP_MIN_AGE_MS / 1000);
+                self.metrics
+                    .container_demote_requested_bytes
+                    .get_or_create(&ContainerLabels {
+                        cgroup: m.path.clone(),
+                    })
+                    .inc_by(taken);
+            }
+            Err(cgroupctl::Error::Vanished(_)) => {}
+            Err(e) => {
+                tracing::warn!(container = %m.path, error = %e, "within-share swap: eviction failed");
+                self.count_error(&m.path, "reclaim", &e);
+            }
+        }
+        Some(())
     }
 
     /// `file_first`'s pass of [`Self::demote`]: up to `bytes` of the

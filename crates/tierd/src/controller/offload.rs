@@ -8,22 +8,24 @@ use super::*;
 use crate::controller::actuate::Agings;
 
 impl Controller {
-    /// The offload's eviction through MGLRU ([`cgroupctl::LruGen::evict_cold`]):
-    /// `bytes` split over the container's memcgs and every node in
-    /// proportion to their pages there. Returns the bytes asked that old
-    /// enough generations held (what the kernel could take). `None` when
-    /// tierd does not use lru_gen or it does not list the container.
-    fn evict_cold(
+    /// Eviction of pages untouched for `min_age_ms` through MGLRU
+    /// ([`cgroupctl::LruGen::evict_cold`]): `bytes` split over the
+    /// container's memcgs and `nodes` in proportion to their pages there
+    /// (the offload: every node; the within-share swap: the fast nodes).
+    /// Returns the bytes asked that old enough generations held (what the
+    /// kernel could take). `None` when tierd does not use lru_gen or it
+    /// does not list the container.
+    pub(super) fn evict_cold(
         &self,
         m: &Managed,
         bytes: u64,
         min_age_ms: u64,
+        nodes: &NodeSet,
         gens: &mut Option<Vec<cgroupctl::lru_gen::MemcgGens>>,
         agings: &mut Agings,
     ) -> Option<cgroupctl::Result<u64>> {
         let lg = self.lru_gen.as_ref()?;
-        let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
-        let parts = match self.lru_gen_parts(m, gens, &nodes)? {
+        let parts = match self.lru_gen_parts(m, gens, nodes)? {
             Ok(p) => p,
             Err(e) => return Some(Err(e)),
         };
@@ -127,7 +129,8 @@ impl Controller {
             }
             // Without lru_gen, memory.reclaim in LRU order: no page-age
             // guard (docs/DESIGN.md offload).
-            let r = match self.evict_cold(m, step, o.min_age_ms, gens, agings) {
+            let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
+            let r = match self.evict_cold(m, step, o.min_age_ms, &nodes, gens, agings) {
                 Some(r) => r,
                 None => self.cg.reclaim(&m.path, step).map(|_| step),
             };
