@@ -46,7 +46,8 @@ pub const SWAP_IDLE_CYCLES: u32 = 3;
 /// oldest generation whatever its age: for a Zipf cache tenant those are
 /// pages touched every second or two, traded for tail regions DAMON
 /// called hot, 100 MiB down and up again in a cycle (docs/NOTES.md
-/// "The within-share swap takes only cold pages").
+/// "DAMON's grain per kdamond; the within-share swap takes only cold
+/// pages").
 pub const SWAP_MIN_AGE_MS: u64 = 30_000;
 
 /// Most doublings of the wait before an assist after assists that found
