@@ -85,11 +85,24 @@ start_log() {
 # emit_report NAME LOG: one line `REPORT <name> <uptime s> <last JSON report>`.
 emit_report() { echo "REPORT $1 $(cut -d' ' -f1 /proc/uptime) $(grep '^{' "$2" | tail -1)"; }
 
+# damon_cat FILE: a DAMON sysfs file's value. Reading `state` takes DAMON's
+# sysfs lock with mutex_trylock (mm/damon/sysfs.c) and fails with EBUSY
+# while a kdamond fills its tried regions for tierd (an aggregation or two:
+# up to ~1 s at tierd's 400 ms), so it retries for 10 s as tierd does.
+damon_cat() {
+    local i=0 v
+    until v=$(cat "$1" 2>/dev/null); do
+        i=$((i + 1)); [ $i -gt 100 ] && { cat "$1"; return 1; }
+        sleep 0.1
+    done
+    echo "$v"
+}
+
 # kdamonds: one line `KDAMONDS <nr_kdamonds> <state of each>`.
 kdamonds() {
     local d=/sys/kernel/mm/damon/admin/kdamonds n s=""
-    n=$(cat $d/nr_kdamonds)
-    for k in $(seq 0 $((n - 1))); do s="$s $(cat $d/$k/state)"; done
+    n=$(damon_cat $d/nr_kdamonds)
+    for k in $(seq 0 $((n - 1))); do s="$s $(damon_cat $d/$k/state)"; done
     echo "KDAMONDS $n$s"
 }
 
@@ -107,6 +120,16 @@ wait_cycles() {
     local i=0
     until [ "$(tierd_cycles)" -ge "$1" ]; do
         i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: fewer than $1 cycles in 60 s"; cat /tmp/tierd.log; return 1; }
+        sleep 0.2
+    done
+}
+
+# wait_status REGEX [TIMEOUT_S]: polls /status (JSON) until it matches
+# REGEX (grep's basic syntax), TIMEOUT_S seconds at most (60).
+wait_status() {
+    local i=0
+    until tierctl status --json 2>/dev/null | grep -q "$1"; do
+        i=$((i + 1)); [ $i -gt $(( ${2:-60} * 5 )) ] && { echo "FAIL: /status did not match $1 in ${2:-60} s"; tierctl status --json; return 1; }
         sleep 0.2
     done
 }

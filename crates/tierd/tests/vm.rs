@@ -2051,14 +2051,14 @@ fi
 tierd --config /tmp/t.toml run > /tmp/tierd1.log 2>&1 &
 T=$!
 wait_http 30 || exit 1
-sleep 3
+wait_status '"damon_targets":1' || exit 1
 echo "PHASE running"; kdamonds; emit_status
 kill -9 $T; wait $T
 echo "PHASE killed"; kdamonds
 tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
 T=$!
 wait_http 30 || exit 1
-sleep 3
+wait_status '"damon_targets":1' || exit 1
 echo "PHASE restarted"; kdamonds; emit_status
 grep -c adopted /tmp/tierd2.log | sed 's/^/ADOPTED /'
 kill -TERM $T; wait $T
@@ -2070,7 +2070,7 @@ echo paddr > $D/0/contexts/0/operations
 tierd --config /tmp/t.toml run > /tmp/tierd3.log 2>&1 &
 T=$!
 wait_http 30 || exit 1
-sleep 2
+wait_status 'kdamonds/0' || exit 1
 echo "PHASE foreign"; kdamonds; emit_status
 echo "FOREIGN_OPS $(cat $D/0/contexts/0/operations)"
 kill -TERM $T; wait $T
