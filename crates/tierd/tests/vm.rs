@@ -2424,6 +2424,14 @@ fa() {
         END { printf "%d %d %d %d\n", v["anonN0"] / 1048576, v["anonN1"] / 1048576, v["fileN0"] / 1048576, v["fileN1"] / 1048576 }' \
         "$CG/tenants.slice/$1/memory.numa_stat"
 }
+# Usage can pass 120 MiB while tierload is still touching its 64 MiB (a CI
+# run read 54 MiB of anon): wait for all of it, to a deadline.
+for t in ff lru; do
+    i=0
+    until [ "$(fa $t | cut -d' ' -f1)" -ge 60 ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { echo "WARN: $t's anon not on DRAM: $(fa $t)"; break; }; sleep 0.2
+    done
+done
 echo "FA-BEFORE ff $(fa ff)"
 echo "FA-BEFORE lru $(fa lru)"
 cat > /tmp/t.toml <<'EOF'
