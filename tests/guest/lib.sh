@@ -87,8 +87,8 @@ emit_report() { echo "REPORT $1 $(cut -d' ' -f1 /proc/uptime) $(grep '^{' "$2" |
 
 # damon_cat FILE: a DAMON sysfs file's value. Reading `state` takes DAMON's
 # sysfs lock with mutex_trylock (mm/damon/sysfs.c) and fails with EBUSY
-# while a kdamond fills its tried regions for tierd (an aggregation or two:
-# up to ~1 s at tierd's 400 ms), so it retries for 10 s as tierd does.
+# while a kdamond fills its tried regions for tierd (an aggregation or two
+# after tierd asks), so it retries for 10 s as tierd does.
 damon_cat() {
     local i=0 v
     until v=$(cat "$1" 2>/dev/null); do
