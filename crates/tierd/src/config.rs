@@ -413,16 +413,15 @@ pub struct HotnessConfig {
     pub state_file: PathBuf,
     /// DAMON sampling interval of the virtual-address monitor (heat,
     /// promotion assist, guarantees, the `move_pages` mover): one access
-    /// check per region. Default 5 ms, DAMON's. 20 ms (with 400 ms and 200
-    /// regions) cut the assist's kdamond cost to a quarter and left one
-    /// row of the three-repeat demo behind, but failed two VM tests in its
-    /// CI run (docs/NOTES.md "DAMON's grain per kdamond; the within-share
-    /// swap takes only cold pages"). The DAMOS mover's kdamond has its own,
-    /// `damos_sample_interval`.
+    /// check per region. Default 20 ms, four times DAMON's own 5 ms: a page
+    /// touched ten times a second is seen accessed in a fifth of 20 ms
+    /// windows but a twentieth of 5 ms ones, and the kdamond's page-table
+    /// walks cost a quarter (docs/NOTES.md "DAMON at 20 ms samples"). The
+    /// DAMOS mover's kdamond has its own, `damos_sample_interval`.
     #[serde(deserialize_with = "de_duration")]
     pub sample_interval: Duration,
     /// DAMON aggregation interval (nr_accesses window) of the same monitor:
-    /// 20 samples by default (100 ms).
+    /// 20 samples by default, so `hot_min_accesses` keeps its meaning.
     #[serde(deserialize_with = "de_duration")]
     pub aggr_interval: Duration,
     /// DAMON operations update interval: how soon new mappings are monitored.
@@ -433,10 +432,14 @@ pub struct HotnessConfig {
     /// DAMON's lower bound on regions per kdamond context.
     pub min_regions: u64,
     /// DAMON's upper bound on regions of the virtual-address monitor's
-    /// context, shared by all monitored processes (default 1000, DAMON's;
-    /// the kdamond's checks and tierd's tried-regions reads, four sysfs
-    /// files a region, grow with it: docs/NOTES.md "DAMON at 20 ms
-    /// samples").
+    /// context, shared by all monitored processes. Default 200 (DAMON's
+    /// own is 1000): with the shipped defaults DAMON watches only the one
+    /// or two containers under promotion assist or lacking their
+    /// guarantee, whose hot ranges 200 regions resolve; the kdamond's
+    /// checks and tierd's tried-regions reads (four sysfs files a region)
+    /// grow with it: at 1000 the kdamond took ~18 % of a core during
+    /// cold-hog's assist, at 200 ~5 % (docs/NOTES.md "DAMON at 20 ms
+    /// samples"). Raise it with `source = "damon"` over many containers.
     pub max_regions: u64,
     /// The DAMOS mover's physical-address kdamond (`mover = "damos"`):
     /// sampling interval. Default 5 ms, DAMON's: its cold-first demotion
@@ -508,11 +511,11 @@ impl Default for HotnessConfig {
             assisted_only: false,
             damon_root: None,
             state_file: "/run/tierd/damon.json".into(),
-            sample_interval: Duration::from_millis(5),
-            aggr_interval: Duration::from_millis(100),
+            sample_interval: Duration::from_millis(20),
+            aggr_interval: Duration::from_millis(400),
             update_interval: Duration::from_secs(1),
             min_regions: 10,
-            max_regions: 1000,
+            max_regions: 200,
             damos_sample_interval: Duration::from_millis(5),
             damos_aggr_interval: Duration::from_millis(100),
             damos_max_regions: 1000,
