@@ -87,6 +87,19 @@ struct {
 	__uint(max_entries, 512 * 1024);
 } refusals SEC(".maps");
 
+/* Hint faults on pages away from the faulting CPU's node (with memory
+ * tiering only, lower-tier pages: NUMA balancing does not scan the top tier)
+ * that the kernel declined to promote (numa_migrate_check returned no node:
+ * the fault came later than its hot threshold, or its rate limit was spent),
+ * same record layout with dst_nid = HF_NO_NODE. Pages in use, if not hot by
+ * the kernel's test: the ones a container below its share would recall when
+ * it has no known-hot page left below. A sample, as `refusals`: 256 KiB,
+ * ~6.5k records (26 MiB of base pages) per drain. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} declined SEC(".maps");
+
 /* Never written: puts struct hf_promotion into the object's BTF, so the
  * skeleton generates its Rust type (ring buffer records have no map type). */
 struct hf_promotion hf_promotion_layout;
@@ -194,7 +207,9 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 	     int *flags, bool writable, int *last_cpupid, int ret)
 {
 	__u32 dst = ret < 0 ? HF_NO_NODE : (__u32)ret;
-	struct hf_counts *c = slot(folio_memcg_id(folio), folio_nid(folio), dst);
+	__u64 memcg = folio_memcg_id(folio);
+	__u32 src = folio_nid(folio);
+	struct hf_counts *c = slot(memcg, src, dst);
 
 	if (!c)
 		return 0;
@@ -204,6 +219,18 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 
 		c->candidates++;
 		bpf_map_update_elem(&fault_addr, &id, &addr, BPF_ANY);
+	} else if (src != bpf_get_numa_node_id()) {
+		struct hf_promotion *e = bpf_ringbuf_reserve(&declined, sizeof(*e), 0);
+
+		if (e) {
+			e->memcg_id = memcg;
+			e->addr = addr;
+			e->tgid = bpf_get_current_pid_tgid() >> 32;
+			e->nr_pages = folio_pages(folio);
+			e->src_nid = src;
+			e->dst_nid = HF_NO_NODE;
+			bpf_ringbuf_submit(e, 0);
+		}
 	}
 	return 0;
 }

@@ -59,7 +59,8 @@ struct hf_hist {
  * against the pages it demoted itself (exact ping-pong) and recall it when
  * it is demoted again; the `refusals` ring buffer carries the same record
  * for a candidate the kernel refused before migration (dst_nid = the node
- * it wanted). */
+ * it wanted), and the `declined` one for a hint fault on a remote page the
+ * kernel did not make a candidate (dst_nid = HF_NO_NODE). */
 struct hf_promotion {
 	__u64 memcg_id;
 	/* Faulting process (tgid) and the faulting virtual address (from

@@ -47,6 +47,10 @@ pub struct ContainerFaults {
     /// migration (a sample), same shape: hot by the kernel's test, left on
     /// their node.
     pub refused: Vec<(u32, u64, u64)>,
+    /// Probe only: hint faults on remote pages the kernel did not make
+    /// candidates (a sample), as (pid, page-aligned address, bytes, the
+    /// page's node): pages in use, not hot by the kernel's test.
+    pub declined: Vec<(u32, u64, u64, u32)>,
 }
 
 /// Base page size for the probe's page counts.
@@ -176,10 +180,12 @@ impl HintFaults {
             tracing::debug!(dropped, "promotion events lost (ring buffer full)");
         }
         let refusals = probe.drain_refusals();
-        for (e, refused) in events
+        let declined = probe.drain_declined();
+        for (e, kind) in events
             .iter()
-            .map(|e| (e, false))
-            .chain(refusals.iter().map(|e| (e, true)))
+            .map(|e| (e, 0))
+            .chain(refusals.iter().map(|e| (e, 1)))
+            .chain(declined.iter().map(|e| (e, 2)))
         {
             let Some(container) = owner.get(&e.memcg_id) else {
                 continue;
@@ -188,12 +194,11 @@ impl HintFaults {
             // A THP's fault address is anywhere in it: align to the folio.
             let addr = e.addr & !(bytes.next_power_of_two() - 1);
             let f = out.entry(*container).or_default();
-            let to = if refused {
-                &mut f.refused
-            } else {
-                &mut f.promotions
-            };
-            to.push((e.pid, addr, bytes));
+            match kind {
+                0 => f.promotions.push((e.pid, addr, bytes)),
+                1 => f.refused.push((e.pid, addr, bytes)),
+                _ => f.declined.push((e.pid, addr, bytes, e.src_nid)),
+            }
         }
         let pruned = probe.prune(&now, keep);
         if pruned > 0 {

@@ -351,10 +351,15 @@ const MAX_PENDING_EVENTS: usize = 1 << 20;
 /// more are dropped uncounted.
 const MAX_PENDING_REFUSALS: usize = 1 << 16;
 
+/// Most declined hint faults kept between two drains (2 MiB), a sample as
+/// the refusals are.
+const MAX_PENDING_DECLINED: usize = 1 << 16;
+
 #[derive(Default)]
 struct Pending {
     events: Vec<PromotionEvent>,
     refusals: Vec<PromotionEvent>,
+    declined: Vec<PromotionEvent>,
     dropped: u64,
     /// The kernel-side drop counter at the last drain.
     kernel_drops_seen: u64,
@@ -362,8 +367,8 @@ struct Pending {
 
 /// The loaded and attached probe. Dropping it detaches every program.
 pub struct HintFaultProbe {
-    // Declared before `skel`: the ring buffer maps the `promotions` and
-    // `refusals` maps and must be dropped first.
+    // Declared before `skel`: the ring buffer maps the `promotions`,
+    // `refusals` and `declined` maps and must be dropped first.
     ring: libbpf_rs::RingBuffer<'static>,
     pending: std::sync::Arc<std::sync::Mutex<Pending>>,
     skel: skel::HintfaultSkel<'static>,
@@ -471,6 +476,17 @@ impl HintFaultProbe {
             0
         })
         .map_err(|e| libbpf_err("ring buffer", e))?;
+        let sink = pending.clone();
+        rb.add(&skel.maps.declined, move |data: &[u8]| {
+            let mut p = sink.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(e) = decode_promotion(data) {
+                if p.declined.len() < MAX_PENDING_DECLINED {
+                    p.declined.push(e);
+                }
+            }
+            0
+        })
+        .map_err(|e| libbpf_err("ring buffer", e))?;
         let ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
         Ok(HintFaultProbe {
             ring,
@@ -561,6 +577,16 @@ impl HintFaultProbe {
     pub fn drain_refusals(&self) -> Vec<PromotionEvent> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut p.refusals)
+    }
+
+    /// Takes the hint faults on remote (with memory tiering, lower-tier)
+    /// pages that the kernel declined to make promotion candidates since
+    /// the last call (later than its hot threshold, or over its rate
+    /// limit), a sample; `dst_nid` is `HF_NO_NODE` (`u32::MAX`). Call after
+    /// [`Self::drain_promotions`], which empties the ring buffers.
+    pub fn drain_declined(&self) -> Vec<PromotionEvent> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut p.declined)
     }
 
     /// Reads every map. Entries deleted concurrently are skipped.

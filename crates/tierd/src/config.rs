@@ -311,9 +311,11 @@ pub struct DaemonConfig {
     /// Promote back, with `move_pages(2)`, the pages the kernel promoted
     /// before (known hot: the eBPF probe records each promotion's address)
     /// that are on the lower tier again while their container is under its
-    /// target, into free fast-tier memory above `headroom`; the rest of the
-    /// room waits for the kernel's next NUMA-balancing pass
-    /// ([`crate::controller`], `recall.rs`). Needs the probe.
+    /// target, into free fast-tier memory above `headroom`, and when those
+    /// fall short, pages whose hint faults the kernel declined (in use, not
+    /// hot by its threshold); the rest of the room waits for the kernel's
+    /// next NUMA-balancing pass ([`crate::controller`], `recall.rs`). Needs
+    /// the probe.
     pub recall: bool,
     /// Promotion assist (`promotion = "kernel"`): a container under its
     /// target − band with nothing promoted for it (by the kernel or recall)

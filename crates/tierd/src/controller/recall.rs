@@ -11,6 +11,14 @@
 //! the container is under its target, claims room for them
 //! (`ContainerSnapshot::recallable_bytes`) and moves them back with
 //! `move_pages(2)` into free fast-tier memory above the headroom.
+//!
+//! When those fall short of what the container lacks, the rest comes from
+//! its pages whose hint faults the kernel declined (later than its hot
+//! threshold, or over its rate limit): in use, if not hot by the kernel's
+//! test. Without them a container below its share whose lower-tier pages
+//! are all lukewarm (a skewed cache's tail) claims nothing, and a
+//! neighbour above its share keeps the difference for good (docs/NOTES.md
+//! "Skew: the work-conserving end state").
 
 use std::collections::VecDeque;
 
@@ -74,91 +82,59 @@ struct Known {
 #[derive(Default)]
 pub(super) struct KnownHot {
     by_container: HashMap<u64, Known>,
+    /// Pages whose hint faults the kernel declined (in use, not hot by its
+    /// test), per container: looked at only when the known-hot pages on
+    /// the lower tier fall short of what the container lacks.
+    declined: HashMap<u64, Known>,
     mover: Mover,
 }
+
+/// Most pages with declined hint faults remembered per container, newest
+/// kept (64 MiB of base pages, as [`KNOWN_HOT_PAGES`]).
+pub(super) const KNOWN_DECLINED_PAGES: usize = 16384;
 
 /// A check's result for one container: its lower-tier pages by process,
 /// processes in the order of their newest page, pages newest first.
 type Recallable = Vec<(u32, Vec<(u64, u64)>)>;
 
-impl KnownHot {
-    /// Remembers a kernel promotion of container `c`'s page; a page already
-    /// known keeps its place, the oldest goes beyond [`KNOWN_HOT_PAGES`].
-    pub(super) fn add(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
-        let k = self.by_container.entry(c).or_default();
-        if !k.set.insert((pid, addr)) {
-            return;
+impl Known {
+    /// Remembers a page, the newest; a page already known keeps its place
+    /// and the oldest go beyond `cap`. Returns whether it was new.
+    fn add(&mut self, pid: u32, addr: u64, bytes: u64, cap: usize) -> bool {
+        if !self.set.insert((pid, addr)) {
+            return false;
         }
-        k.order.push_back(Page {
+        self.order.push_back(Page {
             pid,
             addr,
             bytes,
-            seq: k.next_seq,
+            seq: self.next_seq,
             fast: false,
         });
-        k.next_seq += 1;
-        while k.order.len() > KNOWN_HOT_PAGES {
-            if let Some(p) = k.order.pop_front() {
-                k.set.remove(&(p.pid, p.addr));
+        self.next_seq += 1;
+        while self.order.len() > cap {
+            if let Some(p) = self.order.pop_front() {
+                self.set.remove(&(p.pid, p.addr));
             }
         }
+        true
     }
 
-    /// Bytes of container `c`'s known-hot pages found on the lower tier at
-    /// the last check (0 if never checked).
-    pub(super) fn recallable(&self, c: u64) -> u64 {
-        self.by_container.get(&c).map_or(0, |k| k.recallable)
-    }
-
-    /// Pages known for container `c`.
-    pub(super) fn known(&self, c: u64) -> usize {
-        self.by_container.get(&c).map_or(0, |k| k.order.len())
-    }
-
-    /// Forgets containers for which `keep` is false.
-    pub(super) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        self.by_container.retain(|&c, _| keep(c));
-    }
-
-    /// Forgets container `c`'s claim (it is no longer under its target).
-    fn settle(&mut self, c: u64) {
-        if let Some(k) = self.by_container.get_mut(&c) {
-            k.recallable = 0;
-            k.checked_at = None;
-        }
-    }
-
-    /// Whether container `c` needs no check: the last one found nothing to
-    /// recall and its demotion count `demoted` (pages) has not moved since.
-    fn unchanged(&self, c: u64, demoted: Option<u64>) -> bool {
-        self.by_container
-            .get(&c)
-            .is_some_and(|k| k.recallable == 0 && demoted.is_some() && k.checked_at == demoted)
-    }
-
-    /// Queries the node of container `c`'s known pages (process by
-    /// process in the order of their newest page, newest page first) in
-    /// chunks of [`CHECK_CHUNK`], until `enough` bytes were found on a
-    /// `lower` node or every page due was looked at: pages last seen on the
-    /// lower tier or never queried are due at every check, those last seen
-    /// on the fast tier in one slice of [`REQUERY_SLICES`] per check. Drops
-    /// pages no longer mapped and processes that are gone, records the bytes
-    /// found on the lower tier as the container's recallable bytes (and
-    /// `demoted`, its demotion count now), and returns those pages. The
-    /// solver claims at most what the container lacks of its target and
-    /// recall moves no more, so pages beyond `enough` need no query (each
-    /// costs a page-table walk).
-    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
-        let Some(k) = self.by_container.get_mut(&c) else {
-            return Vec::new();
-        };
-        k.checked_at = demoted;
-        let slice = k.checks % REQUERY_SLICES;
-        k.checks += 1;
-        // Per process: indices into `k.order` of the pages due.
+    /// Queries the node of the pages due (process by process in the order
+    /// of their newest page, newest page first) in chunks of
+    /// [`CHECK_CHUNK`], until `enough` bytes were found on a `lower` node
+    /// or every page due was looked at: pages last seen on the lower tier
+    /// or never queried are due at every check, those last seen on the fast
+    /// tier in one slice of [`REQUERY_SLICES`] per check. Drops pages no
+    /// longer mapped and processes that are gone. Returns the pages found
+    /// on the lower tier and their bytes.
+    fn query(&mut self, lower: &[u32], enough: u64) -> (Recallable, u64) {
+        let slice = self.checks % REQUERY_SLICES;
+        self.checks += 1;
+        // Per process: indices into `self.order` of the pages due.
         let mut by_pid: Vec<(u32, Vec<usize>)> = Vec::new();
         let mut slot: HashMap<u32, usize> = HashMap::new();
-        for (i, p) in k.order.iter().enumerate().rev() {
+        for (i, p) in self.order.iter().enumerate().rev() {
             if p.fast && p.seq % REQUERY_SLICES != slice {
                 continue;
             }
@@ -177,11 +153,11 @@ impl KnownHot {
                 if found >= enough {
                     break;
                 }
-                let addrs: Vec<u64> = chunk.iter().map(|&i| k.order[i].addr).collect();
+                let addrs: Vec<u64> = chunk.iter().map(|&i| self.order[i].addr).collect();
                 match query_nodes(pid, &addrs) {
                     Ok(st) => {
                         for (&i, s) in chunk.iter().zip(st) {
-                            let page = &mut k.order[i];
+                            let page = &mut self.order[i];
                             match s {
                                 PageStatus::Node(n) => {
                                     page.fast = !lower.contains(&n);
@@ -198,11 +174,11 @@ impl KnownHot {
                         }
                     }
                     Err(MoveError::NoProcess { .. }) => {
-                        gone.extend(due.iter().map(|&i| (pid, k.order[i].addr)));
+                        gone.extend(due.iter().map(|&i| (pid, self.order[i].addr)));
                         break;
                     }
                     Err(e) => {
-                        tracing::debug!(pid, error = %e, "cannot query known-hot pages");
+                        tracing::debug!(pid, error = %e, "cannot query known pages");
                         break;
                     }
                 }
@@ -215,10 +191,103 @@ impl KnownHot {
             }
         }
         if !gone.is_empty() {
-            k.order.retain(|p| !gone.contains(&(p.pid, p.addr)));
-            k.set.retain(|key| !gone.contains(key));
+            self.order.retain(|p| !gone.contains(&(p.pid, p.addr)));
+            self.set.retain(|key| !gone.contains(key));
         }
-        k.recallable = found;
+        (out, found)
+    }
+}
+
+impl KnownHot {
+    /// Remembers a kernel promotion (or refused candidate) of container
+    /// `c`'s page; a page already known keeps its place, the oldest goes
+    /// beyond [`KNOWN_HOT_PAGES`].
+    pub(super) fn add(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
+        self.by_container
+            .entry(c)
+            .or_default()
+            .add(pid, addr, bytes, KNOWN_HOT_PAGES);
+    }
+
+    /// Remembers a lower-tier page of container `c` whose hint fault the
+    /// kernel declined (beyond [`KNOWN_DECLINED_PAGES`] the oldest go). A
+    /// new one is on the lower tier now, so the next check looks again
+    /// even if nothing was demoted since the last.
+    pub(super) fn add_declined(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
+        if self
+            .by_container
+            .get(&c)
+            .is_some_and(|k| k.set.contains(&(pid, addr)))
+        {
+            return;
+        }
+        if self
+            .declined
+            .entry(c)
+            .or_default()
+            .add(pid, addr, bytes, KNOWN_DECLINED_PAGES)
+        {
+            self.by_container.entry(c).or_default().checked_at = None;
+        }
+    }
+
+    /// Bytes of container `c`'s known pages found on the lower tier at
+    /// the last check (0 if never checked).
+    pub(super) fn recallable(&self, c: u64) -> u64 {
+        self.by_container.get(&c).map_or(0, |k| k.recallable)
+    }
+
+    /// Pages known for container `c`, hot and declined.
+    pub(super) fn known(&self, c: u64) -> usize {
+        self.by_container.get(&c).map_or(0, |k| k.order.len())
+            + self.declined.get(&c).map_or(0, |k| k.order.len())
+    }
+
+    /// Forgets containers for which `keep` is false.
+    pub(super) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        self.by_container.retain(|&c, _| keep(c));
+        self.declined.retain(|&c, _| keep(c));
+    }
+
+    /// Forgets container `c`'s claim (it is no longer under its target).
+    fn settle(&mut self, c: u64) {
+        if let Some(k) = self.by_container.get_mut(&c) {
+            k.recallable = 0;
+            k.checked_at = None;
+        }
+    }
+
+    /// Whether container `c` needs no check: the last one found nothing to
+    /// recall, no declined page came since, and its demotion count
+    /// `demoted` (pages) has not moved.
+    fn unchanged(&self, c: u64, demoted: Option<u64>) -> bool {
+        self.by_container
+            .get(&c)
+            .is_some_and(|k| k.recallable == 0 && demoted.is_some() && k.checked_at == demoted)
+    }
+
+    /// Finds container `c`'s known pages on a `lower` node (see
+    /// [`Known::query`]): its known-hot pages first, and only if they fall
+    /// short of `enough` bytes its declined ones, for the rest. Records the
+    /// bytes found as the container's recallable bytes (and `demoted`, its
+    /// demotion count now), and returns those pages, hot ones first. The
+    /// solver claims at most what the container lacks of its target and
+    /// recall moves no more, so pages beyond `enough` need no query (each
+    /// costs a page-table walk).
+    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
+        let k = self.by_container.entry(c).or_default();
+        k.checked_at = demoted;
+        let (mut out, mut found) = k.query(lower, enough);
+        if found < enough {
+            if let Some(d) = self.declined.get_mut(&c) {
+                let (more, bytes) = d.query(lower, enough - found);
+                out.extend(more);
+                found += bytes;
+            }
+        }
+        if let Some(k) = self.by_container.get_mut(&c) {
+            k.recallable = found;
+        }
         out
     }
 }
@@ -423,6 +492,54 @@ mod tests {
         let found = k.check(1, &[node], None, u64::MAX);
         assert_eq!(found[0].1.len(), n);
         assert_eq!(k.recallable(1), n as u64 * 4096);
+        drop(buf);
+    }
+
+    #[test]
+    fn declined_pages_make_up_only_what_the_known_hot_ones_leave_short() {
+        // Five touched pages of this process: two known hot, then declined.
+        let (buf, first, node, mut k) = own_known_pages(5);
+        let me = std::process::id();
+        k.by_container.get_mut(&1).unwrap().order.truncate(2);
+        k.by_container.get_mut(&1).unwrap().set = [(me, first), (me, first + 4096)].into();
+        k.add_declined(1, me, first + 2 * 4096, 4096);
+        k.add_declined(1, me, first + 3 * 4096, 4096);
+        // A page already known hot is not remembered again as declined.
+        k.add_declined(1, me, first, 4096);
+        assert_eq!(k.known(1), 4);
+        // Two pages' worth is enough: the known-hot pages alone are queried.
+        let found = k.check(1, &[node], Some(1), 2 * 4096);
+        let pages: Vec<u64> = found
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|x| x.0))
+            .collect();
+        assert_eq!(pages, vec![first + 4096, first]);
+        assert_eq!(k.declined[&1].checks, 0);
+        // More than that: the declined pages, newest first, make up the
+        // rest (a whole chunk of them is queried).
+        let found = k.check(1, &[node], Some(1), 3 * 4096);
+        let pages: Vec<u64> = found
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|x| x.0))
+            .collect();
+        assert_eq!(
+            pages,
+            vec![first + 4096, first, first + 3 * 4096, first + 2 * 4096]
+        );
+        assert_eq!(k.recallable(1), 4 * 4096);
+        // Nothing on the lower tier and nothing demoted: no check is due
+        // until a new declined page arrives.
+        assert!(k.check(1, &[node + 1], Some(1), u64::MAX).is_empty());
+        assert!(k.unchanged(1, Some(1)));
+        k.add_declined(1, me, first + 3 * 4096, 4096);
+        assert!(
+            k.unchanged(1, Some(1)),
+            "a page already declined is not new"
+        );
+        k.add_declined(1, me, first + 4 * 4096, 4096);
+        assert!(!k.unchanged(1, Some(1)));
+        k.retain(|c| c != 1);
+        assert_eq!(k.known(1), 0);
         drop(buf);
     }
 

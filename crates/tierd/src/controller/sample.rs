@@ -252,6 +252,13 @@ impl Controller {
                 for &(pid, addr, len) in f.promotions.iter().chain(&f.refused) {
                     self.known_hot.add(m.id, pid, addr, len);
                 }
+                // In use, not hot by the kernel's test: recalled only for
+                // what the known-hot pages leave short.
+                for &(pid, addr, len, node) in &f.declined {
+                    if lower.contains(&node) {
+                        self.known_hot.add_declined(m.id, pid, addr, len);
+                    }
+                }
             }
             // Kernel promotions of pages tierd itself demoted within the
             // thrash window: exact ping-pong, input to thrash control.
