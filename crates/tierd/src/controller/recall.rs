@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 
 use super::*;
-use crate::mover::{query_nodes, MoveError, Mover, PageStatus};
+use crate::mover::{query_nodes, MoveError, MoveReport, Mover, PageStatus};
 
 /// Most known-hot pages remembered per container, newest kept (64 MiB of
 /// base pages): the node query of a whole set stays a few milliseconds
@@ -35,16 +35,19 @@ pub(super) const KNOWN_HOT_PAGES: usize = 16384;
 /// pages): the check stops after the chunk that finds enough.
 const CHECK_CHUNK: usize = 1024;
 
-/// A page seen on the fast tier at its last query is queried again once
-/// every this many checks (a rotating slice each check); pages last seen on
-/// the lower tier, and new ones, at every check. A page leaves the fast tier
-/// only by demotion, and known-hot pages are among the youngest in LRU
-/// order, the last a demotion takes: re-querying all of them each cycle
-/// cost ~35 ms of the daemon's CPU per cycle under emulation (identical-cache,
-/// docs/NOTES.md "Recall queries a slice of the pages seen on DRAM") to find
-/// few. A demoted one is found within this many checks (8 s at the default
-/// 2 s interval), sooner than the kernel's next NUMA-balancing pass over its
-/// process.
+/// Every known page's node is queried again once every this many checks
+/// (a rotating slice each check); between those the node last seen stands.
+/// The probe's records say where a page is when it becomes known (promoted:
+/// fast tier; refused or declined: lower tier), and a page changes tier
+/// only by a promotion (the probe reports the kernel's; recall marks its
+/// own moves for a query at the next check) or a demotion, which the
+/// slice finds within this many checks (8 s at the default 2 s interval),
+/// sooner than the kernel's next NUMA-balancing pass over its process.
+/// Re-querying every page at every check cost ~35 ms of the daemon's CPU
+/// per cycle under emulation (identical-cache, docs/NOTES.md "Recall queries
+/// a slice of the pages seen on DRAM"), and the pages last seen on the
+/// lower tier, all queried each check, still cost 27–45 ms in cold-hog
+/// (docs/NOTES.md "Recall trusts the node it last saw").
 const REQUERY_SLICES: u64 = 4;
 
 /// One remembered page.
@@ -57,15 +60,20 @@ struct Page {
     bytes: u64,
     /// Order of arrival: picks the page's re-query slice.
     seq: u64,
-    /// On a fast-tier node at its last query (false before the first).
+    /// On a fast-tier node when last seen (a query, or the probe's record).
     fast: bool,
+    /// `fast` stands until the page's re-query slice; false after recall
+    /// moved it (queried at the next check).
+    seen: bool,
 }
 
 #[derive(Default)]
 struct Known {
     /// Oldest first.
     order: VecDeque<Page>,
-    set: HashSet<(u32, u64)>,
+    /// The pages in `order`, with their sequence number (`order` is sorted
+    /// by it).
+    set: HashMap<(u32, u64), u64>,
     /// Sequence number of the next page added.
     next_seq: u64,
     /// Checks so far: the slice of fast-tier pages due is `checks % REQUERY_SLICES`.
@@ -98,18 +106,22 @@ pub(super) const KNOWN_DECLINED_PAGES: usize = 16384;
 type Recallable = Vec<(u32, Vec<(u64, u64)>)>;
 
 impl Known {
-    /// Remembers a page, the newest; a page already known keeps its place
-    /// and the oldest go beyond `cap`. Returns whether it was new.
-    fn add(&mut self, pid: u32, addr: u64, bytes: u64, cap: usize) -> bool {
-        if !self.set.insert((pid, addr)) {
-            return false;
+    /// Remembers a page seen now on the fast tier (`fast`) or the lower
+    /// one, the newest; a page already known keeps its place (its tier is
+    /// updated) and the oldest go beyond `cap`. Returns whether it was new
+    /// or last seen on the other tier.
+    fn add(&mut self, pid: u32, addr: u64, bytes: u64, fast: bool, cap: usize) -> bool {
+        if self.set.contains_key(&(pid, addr)) {
+            return self.seen_at(pid, addr, fast);
         }
+        self.set.insert((pid, addr), self.next_seq);
         self.order.push_back(Page {
             pid,
             addr,
             bytes,
             seq: self.next_seq,
-            fast: false,
+            fast,
+            seen: true,
         });
         self.next_seq += 1;
         while self.order.len() > cap {
@@ -120,22 +132,50 @@ impl Known {
         true
     }
 
-    /// Queries the node of the pages due (process by process in the order
-    /// of their newest page, newest page first) in chunks of
-    /// [`CHECK_CHUNK`], until `enough` bytes were found on a `lower` node
-    /// or every page due was looked at: pages last seen on the lower tier
-    /// or never queried are due at every check, those last seen on the fast
-    /// tier in one slice of [`REQUERY_SLICES`] per check. Drops pages no
-    /// longer mapped and processes that are gone. Returns the pages found
+    /// Records that a known page `(pid, addr)` was seen on the fast tier
+    /// (`fast`) or the lower one; unknown pages are ignored. Returns whether
+    /// it was last seen on the other tier (or not since recall moved it).
+    fn seen_at(&mut self, pid: u32, addr: u64, fast: bool) -> bool {
+        let Some(&seq) = self.set.get(&(pid, addr)) else {
+            return false;
+        };
+        let Ok(i) = self.order.binary_search_by_key(&seq, |p| p.seq) else {
+            return false;
+        };
+        let p = &mut self.order[i];
+        let changed = !p.seen || p.fast != fast;
+        p.fast = fast;
+        p.seen = true;
+        changed
+    }
+
+    /// Marks process `pid`'s pages at `addrs` for a query at the next
+    /// check (recall moved them, or tried).
+    fn unsee(&mut self, pid: u32, addrs: &HashSet<u64>) {
+        for p in self.order.iter_mut() {
+            if p.pid == pid && addrs.contains(&p.addr) {
+                p.seen = false;
+            }
+        }
+    }
+
+    /// Finds the pages on a `lower` node (process by process in the order
+    /// of their newest page, newest page first) until `enough` bytes were
+    /// found or every page was looked at: a page's node is queried in its
+    /// re-query slice (one of [`REQUERY_SLICES`], rotating per check) or
+    /// when recall moved it since, in chunks of [`CHECK_CHUNK`]; otherwise
+    /// the node last seen stands. Drops pages no longer mapped and
+    /// processes that are gone (found by a query). Returns the pages found
     /// on the lower tier and their bytes.
     fn query(&mut self, lower: &[u32], enough: u64) -> (Recallable, u64) {
         let slice = self.checks % REQUERY_SLICES;
         self.checks += 1;
-        // Per process: indices into `self.order` of the pages due.
+        // Per process: indices into `self.order`, newest first.
         let mut by_pid: Vec<(u32, Vec<usize>)> = Vec::new();
         let mut slot: HashMap<u32, usize> = HashMap::new();
         for (i, p) in self.order.iter().enumerate().rev() {
-            if p.fast && p.seq % REQUERY_SLICES != slice {
+            let due = !p.seen || p.seq % REQUERY_SLICES == slice;
+            if !due && p.fast {
                 continue;
             }
             let j = *slot.entry(p.pid).or_insert_with(|| {
@@ -147,10 +187,28 @@ impl Known {
         let mut gone: HashSet<(u32, u64)> = HashSet::new();
         let mut out = Vec::new();
         let mut found = 0u64;
-        'pids: for (pid, due) in by_pid {
+        'pids: for (pid, pages) in by_pid {
             let mut low = Vec::new();
-            for chunk in due.chunks(CHECK_CHUNK) {
-                if found >= enough {
+            let before = found;
+            // Pages due for a query, flushed a chunk at a time.
+            let mut chunk: Vec<usize> = Vec::with_capacity(CHECK_CHUNK);
+            let mut it = pages.iter().copied().peekable();
+            while found < enough {
+                let next = it.next();
+                if let Some(i) = next {
+                    let p = &self.order[i];
+                    if p.seen && p.seq % REQUERY_SLICES != slice {
+                        // Last seen on the lower tier, and it stands.
+                        low.push((i, p.addr, p.bytes));
+                        found += p.bytes;
+                        continue;
+                    }
+                    chunk.push(i);
+                    if chunk.len() < CHECK_CHUNK && it.peek().is_some() {
+                        continue;
+                    }
+                }
+                if chunk.is_empty() {
                     break;
                 }
                 let addrs: Vec<u64> = chunk.iter().map(|&i| self.order[i].addr).collect();
@@ -161,8 +219,9 @@ impl Known {
                             match s {
                                 PageStatus::Node(n) => {
                                     page.fast = !lower.contains(&n);
+                                    page.seen = true;
                                     if !page.fast {
-                                        low.push((page.addr, page.bytes));
+                                        low.push((i, page.addr, page.bytes));
                                         found += page.bytes;
                                     }
                                 }
@@ -174,7 +233,9 @@ impl Known {
                         }
                     }
                     Err(MoveError::NoProcess { .. }) => {
-                        gone.extend(due.iter().map(|&i| (pid, self.order[i].addr)));
+                        gone.extend(pages.iter().map(|&i| (pid, self.order[i].addr)));
+                        low.clear();
+                        found = before;
                         break;
                     }
                     Err(e) => {
@@ -182,9 +243,15 @@ impl Known {
                         break;
                     }
                 }
+                chunk.clear();
+                if next.is_none() {
+                    break;
+                }
             }
             if !low.is_empty() {
-                out.push((pid, low));
+                // Newest first, queried or not.
+                low.sort_unstable_by_key(|p| std::cmp::Reverse(p.0));
+                out.push((pid, low.into_iter().map(|(_, a, b)| (a, b)).collect()));
             }
             if found >= enough {
                 break 'pids;
@@ -192,42 +259,76 @@ impl Known {
         }
         if !gone.is_empty() {
             self.order.retain(|p| !gone.contains(&(p.pid, p.addr)));
-            self.set.retain(|key| !gone.contains(key));
+            self.set.retain(|key, _| !gone.contains(key));
         }
         (out, found)
     }
 }
 
 impl KnownHot {
-    /// Remembers a kernel promotion (or refused candidate) of container
-    /// `c`'s page; a page already known keeps its place, the oldest goes
-    /// beyond [`KNOWN_HOT_PAGES`].
-    pub(super) fn add(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
-        self.by_container
-            .entry(c)
-            .or_default()
-            .add(pid, addr, bytes, KNOWN_HOT_PAGES);
+    /// Remembers a kernel promotion of container `c`'s page (`fast`: it is
+    /// on the fast tier now) or a candidate it refused (on the lower tier);
+    /// a page already known keeps its place, the oldest goes beyond
+    /// [`KNOWN_HOT_PAGES`]. A promoted page also known as declined is on
+    /// the fast tier there too; a refused one makes the next check due.
+    pub(super) fn add(&mut self, c: u64, pid: u32, addr: u64, bytes: u64, fast: bool) {
+        let k = self.by_container.entry(c).or_default();
+        if k.add(pid, addr, bytes, fast, KNOWN_HOT_PAGES) && !fast {
+            // On the lower tier without a demotion: look again.
+            k.checked_at = None;
+        }
+        if let Some(d) = self.declined.get_mut(&c) {
+            d.seen_at(pid, addr, fast);
+        }
     }
 
     /// Remembers a lower-tier page of container `c` whose hint fault the
     /// kernel declined (beyond [`KNOWN_DECLINED_PAGES`] the oldest go). A
-    /// new one is on the lower tier now, so the next check looks again
-    /// even if nothing was demoted since the last.
+    /// new one, or one last seen on the fast tier, is on the lower tier
+    /// now, so the next check looks again even if nothing was demoted since
+    /// the last.
     pub(super) fn add_declined(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
-        if self
+        if let Some(k) = self
             .by_container
-            .get(&c)
-            .is_some_and(|k| k.set.contains(&(pid, addr)))
+            .get_mut(&c)
+            .filter(|k| k.set.contains_key(&(pid, addr)))
         {
+            // Known hot: back on the lower tier?
+            if k.seen_at(pid, addr, false) {
+                k.checked_at = None;
+            }
             return;
         }
         if self
             .declined
             .entry(c)
             .or_default()
-            .add(pid, addr, bytes, KNOWN_DECLINED_PAGES)
+            .add(pid, addr, bytes, false, KNOWN_DECLINED_PAGES)
         {
             self.by_container.entry(c).or_default().checked_at = None;
+        }
+    }
+
+    /// Marks the pages of process `pid` the mover looked at (`pages` in the
+    /// order given, as many bytes as its report `r` accounts for) for a
+    /// query at container `c`'s next check: moved to the fast tier, gone,
+    /// or still below.
+    fn moved(&mut self, c: u64, pid: u32, pages: &[(u64, u64)], r: &MoveReport) {
+        let failed = r.busy + r.not_present + r.fault + r.denied + r.other + r.not_attempted;
+        let mut looked = r.moved_bytes + r.already_bytes + failed * 4096;
+        let mut addrs = HashSet::new();
+        for &(addr, bytes) in pages {
+            if looked == 0 {
+                break;
+            }
+            looked = looked.saturating_sub(bytes);
+            addrs.insert(addr);
+        }
+        for set in [self.by_container.get_mut(&c), self.declined.get_mut(&c)]
+            .into_iter()
+            .flatten()
+        {
+            set.unsee(pid, &addrs);
         }
     }
 
@@ -377,7 +478,10 @@ impl Controller {
                     .mover
                     .move_pages(*pid, pages, &lower, dest, left)
                 {
-                    Ok(r) => mv.add_report(&r),
+                    Ok(r) => {
+                        mv.add_report(&r);
+                        self.known_hot.moved(m.id, *pid, pages, &r);
+                    }
                     Err(e) => {
                         tracing::debug!(container = %m.path, pid, error = %e, "recall failed")
                     }
@@ -404,18 +508,18 @@ mod tests {
     fn known_hot_pages_keep_the_newest_and_no_duplicates() {
         let mut k = KnownHot::default();
         for i in 0..(KNOWN_HOT_PAGES as u64 + 10) {
-            k.add(1, 7, i << 12, 4096);
+            k.add(1, 7, i << 12, 4096, true);
         }
         // A page already known is not added twice.
-        k.add(1, 7, (KNOWN_HOT_PAGES as u64 + 9) << 12, 4096);
+        k.add(1, 7, (KNOWN_HOT_PAGES as u64 + 9) << 12, 4096, true);
         let c = &k.by_container[&1];
         assert_eq!(c.order.len(), KNOWN_HOT_PAGES);
         assert_eq!(c.set.len(), KNOWN_HOT_PAGES);
         // The ten oldest went.
         let oldest = c.order.front().unwrap();
         assert_eq!((oldest.pid, oldest.addr, oldest.seq), (7, 10 << 12, 10));
-        assert!(!c.set.contains(&(7, 9 << 12)));
-        k.add(2, 8, 0, 2 << 20);
+        assert!(!c.set.contains_key(&(7, 9 << 12)));
+        k.add(2, 8, 0, 2 << 20, true);
         k.retain(|c| c == 2);
         assert_eq!((k.known(1), k.known(2)), (0, 1));
     }
@@ -429,9 +533,10 @@ mod tests {
         let page = (buf.as_ptr() as u64 + 4095) & !4095;
         let me = std::process::id();
         let mut k = KnownHot::default();
-        k.add(1, me, page, 4096);
-        k.add(1, me, 4096, 4096);
-        k.add(1, u32::MAX - 1, page, 4096);
+        k.add(1, me, page, 4096, true);
+        k.add(1, me, 4096, 4096, true);
+        k.add(1, u32::MAX - 1, page, 4096, true);
+        unsee_all(&mut k);
         let node_of_page = match query_nodes(me, &[page]).unwrap()[0] {
             PageStatus::Node(n) => n,
             s => panic!("own page not present: {s:?}"),
@@ -460,16 +565,29 @@ mod tests {
         drop(buf);
     }
 
-    /// `n` touched pages of this process known for container 1: the buffer
-    /// (keep it alive), the first page's address, its node, the known set.
+    /// Marks every known page of container 1 for a query at the next check
+    /// (as recall's move does).
+    fn unsee_all(k: &mut KnownHot) {
+        for set in [k.by_container.get_mut(&1), k.declined.get_mut(&1)]
+            .into_iter()
+            .flatten()
+        {
+            set.order.iter_mut().for_each(|p| p.seen = false);
+        }
+    }
+
+    /// `n` touched pages of this process known for container 1, each due
+    /// for a query at the next check: the buffer (keep it alive), the first
+    /// page's address, its node, the known set.
     fn own_known_pages(n: usize) -> (Vec<u8>, u64, u32, KnownHot) {
         let buf = vec![1u8; (n + 1) * 4096];
         let first = (buf.as_ptr() as u64 + 4095) & !4095;
         let me = std::process::id();
         let mut k = KnownHot::default();
         for i in 0..n as u64 {
-            k.add(1, me, first + i * 4096, 4096);
+            k.add(1, me, first + i * 4096, 4096, true);
         }
+        unsee_all(&mut k);
         let node = match query_nodes(me, &[first]).unwrap()[0] {
             PageStatus::Node(n) => n,
             s => panic!("own page not present: {s:?}"),
@@ -488,7 +606,8 @@ mod tests {
         assert_eq!(found[0].1.len(), CHECK_CHUNK);
         assert_eq!(found[0].1[0].0, first + (n as u64 - 1) * 4096);
         assert_eq!(k.recallable(1), CHECK_CHUNK as u64 * 4096);
-        // Without a bound every page is.
+        // Without a bound every page is: those found stand, the last one
+        // is queried.
         let found = k.check(1, &[node], None, u64::MAX);
         assert_eq!(found[0].1.len(), n);
         assert_eq!(k.recallable(1), n as u64 * 4096);
@@ -501,7 +620,8 @@ mod tests {
         let (buf, first, node, mut k) = own_known_pages(5);
         let me = std::process::id();
         k.by_container.get_mut(&1).unwrap().order.truncate(2);
-        k.by_container.get_mut(&1).unwrap().set = [(me, first), (me, first + 4096)].into();
+        k.by_container.get_mut(&1).unwrap().set =
+            [((me, first), 0), ((me, first + 4096), 1)].into();
         k.add_declined(1, me, first + 2 * 4096, 4096);
         k.add_declined(1, me, first + 3 * 4096, 4096);
         // A page already known hot is not remembered again as declined.
@@ -516,28 +636,35 @@ mod tests {
         assert_eq!(pages, vec![first + 4096, first]);
         assert_eq!(k.declined[&1].checks, 0);
         // More than that: the declined pages, newest first, make up the
-        // rest (a whole chunk of them is queried).
+        // rest (on the lower tier when declined: no query needed).
         let found = k.check(1, &[node], Some(1), 3 * 4096);
         let pages: Vec<u64> = found
             .iter()
             .flat_map(|(_, p)| p.iter().map(|x| x.0))
             .collect();
-        assert_eq!(
-            pages,
-            vec![first + 4096, first, first + 3 * 4096, first + 2 * 4096]
-        );
-        assert_eq!(k.recallable(1), 4 * 4096);
-        // Nothing on the lower tier and nothing demoted: no check is due
-        // until a new declined page arrives.
+        assert_eq!(pages, vec![first + 4096, first, first + 3 * 4096]);
+        assert_eq!(k.recallable(1), 3 * 4096);
+        // All found on the fast tier (as after recall moved them) and
+        // nothing demoted: no check is due until a declined page arrives.
+        unsee_all(&mut k);
         assert!(k.check(1, &[node + 1], Some(1), u64::MAX).is_empty());
         assert!(k.unchanged(1, Some(1)));
         k.add_declined(1, me, first + 3 * 4096, 4096);
         assert!(
-            k.unchanged(1, Some(1)),
-            "a page already declined is not new"
+            !k.unchanged(1, Some(1)),
+            "a declined page last seen on the fast tier is below again"
+        );
+        // The probe's word stands: it is recallable without a query.
+        let found = k.check(1, &[node + 1], Some(1), u64::MAX);
+        assert_eq!(found, vec![(me, vec![(first + 3 * 4096, 4096)])]);
+        k.add_declined(1, me, first + 3 * 4096, 4096);
+        assert_eq!(
+            k.by_container[&1].checked_at,
+            Some(1),
+            "a page declined again while last seen below is not news"
         );
         k.add_declined(1, me, first + 4 * 4096, 4096);
-        assert!(!k.unchanged(1, Some(1)));
+        assert_eq!(k.by_container[&1].checked_at, None);
         k.retain(|c| c != 1);
         assert_eq!(k.known(1), 0);
         drop(buf);
@@ -551,14 +678,53 @@ mod tests {
         // First check: every page is new, so queried; all on the "fast" tier.
         assert!(k.check(1, &[node + 1], None, u64::MAX).is_empty());
         // Now their node counts as lower: each check re-queries one slice of
-        // the pages seen on the fast tier (2 pages) and every page already
-        // found on the lower tier.
+        // the pages (2 pages); those found on the lower tier stand.
         for check in 1..=REQUERY_SLICES {
             let found = k.check(1, &[node], None, u64::MAX);
             let pages: usize = found.iter().map(|(_, p)| p.len()).sum();
             assert_eq!(pages as u64, 2 * check, "check {check}");
         }
         assert_eq!(k.recallable(1), n as u64 * 4096);
+        drop(buf);
+    }
+
+    #[test]
+    fn the_tier_a_page_was_last_seen_on_stands_until_its_slice() {
+        // 2 × REQUERY_SLICES touched pages of this process, all on one node,
+        // reported refused (on the lower tier) though that node is "fast".
+        let n = 2 * REQUERY_SLICES as usize;
+        let (buf, first, node, mut k) = own_known_pages(n);
+        let me = std::process::id();
+        k.by_container.clear();
+        for i in 0..n as u64 {
+            k.add(1, me, first + i * 4096, 4096, false);
+        }
+        let lower = [node + 1];
+        // The first check queries one slice (2 pages) and finds them on the
+        // fast tier; the others stand as reported.
+        let pages = |f: &Recallable| f.iter().map(|(_, p)| p.len()).sum::<usize>();
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), n - 2);
+        // A kernel promotion puts a page on the fast tier at once.
+        k.add(1, me, first + (n as u64 - 1) * 4096, 4096, true);
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), n - 5);
+        // Every page is queried within REQUERY_SLICES checks.
+        for _ in 2..REQUERY_SLICES {
+            k.check(1, &lower, None, u64::MAX);
+        }
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), 0);
+        // Pages the mover looked at are queried at the next check: the two
+        // its report accounts for (not the third), and with them this
+        // check's slice (pages 1 and 5, one of them among those two).
+        let r = MoveReport {
+            moved_bytes: 2 * 4096,
+            ..Default::default()
+        };
+        let looked = [(first, 4096), (first + 4096, 4096), (first + 8192, 4096)];
+        k.moved(1, me, &looked, &r);
+        let found = k.check(1, &[node], None, u64::MAX);
+        let mut addrs: Vec<u64> = found[0].1.iter().map(|p| p.0).collect();
+        addrs.sort();
+        assert_eq!(addrs, vec![first, first + 4096, first + 5 * 4096]);
         drop(buf);
     }
 }

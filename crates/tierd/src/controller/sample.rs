@@ -249,8 +249,13 @@ impl Controller {
             if self.cfg.daemon.recall {
                 // Promoted or refused for want of room: hot by the
                 // kernel's own test either way.
-                for &(pid, addr, len) in f.promotions.iter().chain(&f.refused) {
-                    self.known_hot.add(m.id, pid, addr, len);
+                // Refused first: a page refused and then promoted in the
+                // same interval is on the fast tier.
+                for &(pid, addr, len) in &f.refused {
+                    self.known_hot.add(m.id, pid, addr, len, false);
+                }
+                for &(pid, addr, len) in &f.promotions {
+                    self.known_hot.add(m.id, pid, addr, len, true);
                 }
                 // In use, not hot by the kernel's test: recalled only for
                 // what the known-hot pages leave short.
