@@ -76,6 +76,8 @@ struct Known {
     set: HashMap<(u32, u64), u64>,
     /// Sequence number of the next page added.
     next_seq: u64,
+    /// Pages queried by checks so far.
+    queried: u64,
     /// Checks so far: the slice of fast-tier pages due is `checks % REQUERY_SLICES`.
     checks: u64,
     /// Bytes found on the lower tier at the last check.
@@ -95,6 +97,8 @@ pub(super) struct KnownHot {
     /// the lower tier fall short of what the container lacks.
     declined: HashMap<u64, Known>,
     mover: Mover,
+    /// Pages queried for containers forgotten since.
+    queried_gone: u64,
 }
 
 /// Most pages with declined hint faults remembered per container, newest
@@ -212,6 +216,7 @@ impl Known {
                     break;
                 }
                 let addrs: Vec<u64> = chunk.iter().map(|&i| self.order[i].addr).collect();
+                self.queried += addrs.len() as u64;
                 match query_nodes(pid, &addrs) {
                     Ok(st) => {
                         for (&i, s) in chunk.iter().zip(st) {
@@ -344,10 +349,31 @@ impl KnownHot {
             + self.declined.get(&c).map_or(0, |k| k.order.len())
     }
 
+    /// Pages queried by every check so far (containers forgotten since
+    /// included).
+    pub(super) fn queried(&self) -> u64 {
+        self.queried_gone
+            + self
+                .by_container
+                .values()
+                .chain(self.declined.values())
+                .map(|k| k.queried)
+                .sum::<u64>()
+    }
+
     /// Forgets containers for which `keep` is false.
     pub(super) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        self.by_container.retain(|&c, _| keep(c));
-        self.declined.retain(|&c, _| keep(c));
+        let mut gone = 0;
+        for m in [&mut self.by_container, &mut self.declined] {
+            m.retain(|&c, k| {
+                let kept = keep(c);
+                if !kept {
+                    gone += k.queried;
+                }
+                kept
+            });
+        }
+        self.queried_gone += gone;
     }
 
     /// Forgets container `c`'s claim (it is no longer under its target).
@@ -496,6 +522,11 @@ impl Controller {
         for (c, mv) in results {
             self.record_move(managed, c, Direction::Promote, "recall", &mv);
         }
+        let queried = self.known_hot.queried();
+        let before = self.metrics.recall_queried_pages.get();
+        self.metrics
+            .recall_queried_pages
+            .inc_by(queried.saturating_sub(before));
         pending
     }
 }
