@@ -76,9 +76,7 @@ struct Known {
     set: HashMap<(u32, u64), u64>,
     /// Sequence number of the next page added.
     next_seq: u64,
-    /// Pages queried by checks so far.
-    queried: u64,
-    /// Checks so far: the slice of fast-tier pages due is `checks % REQUERY_SLICES`.
+    /// Checks so far: the slice of pages due is `checks % REQUERY_SLICES`.
     checks: u64,
     /// Bytes found on the lower tier at the last check.
     recallable: u64,
@@ -97,8 +95,9 @@ pub(super) struct KnownHot {
     /// the lower tier fall short of what the container lacks.
     declined: HashMap<u64, Known>,
     mover: Mover,
-    /// Pages queried for containers forgotten since.
-    queried_gone: u64,
+    /// Pages the checks queried since recall last published the count
+    /// (`tierd_recall_queried_pages_total`).
+    queried: u64,
 }
 
 /// Most pages with declined hint faults remembered per container, newest
@@ -170,8 +169,8 @@ impl Known {
     /// when recall moved it since, in chunks of [`CHECK_CHUNK`]; otherwise
     /// the node last seen stands. Drops pages no longer mapped and
     /// processes that are gone (found by a query). Returns the pages found
-    /// on the lower tier and their bytes.
-    fn query(&mut self, lower: &[u32], enough: u64) -> (Recallable, u64) {
+    /// on the lower tier, their bytes, and the number of pages queried.
+    fn query(&mut self, lower: &[u32], enough: u64) -> (Recallable, u64, u64) {
         let slice = self.checks % REQUERY_SLICES;
         self.checks += 1;
         // Per process: indices into `self.order`, newest first.
@@ -191,6 +190,7 @@ impl Known {
         let mut gone: HashSet<(u32, u64)> = HashSet::new();
         let mut out = Vec::new();
         let mut found = 0u64;
+        let mut queried = 0u64;
         'pids: for (pid, pages) in by_pid {
             let mut low = Vec::new();
             let before = found;
@@ -216,7 +216,7 @@ impl Known {
                     break;
                 }
                 let addrs: Vec<u64> = chunk.iter().map(|&i| self.order[i].addr).collect();
-                self.queried += addrs.len() as u64;
+                queried += addrs.len() as u64;
                 match query_nodes(pid, &addrs) {
                     Ok(st) => {
                         for (&i, s) in chunk.iter().zip(st) {
@@ -266,7 +266,7 @@ impl Known {
             self.order.retain(|p| !gone.contains(&(p.pid, p.addr)));
             self.set.retain(|key, _| !gone.contains(key));
         }
-        (out, found)
+        (out, found, queried)
     }
 }
 
@@ -349,31 +349,10 @@ impl KnownHot {
             + self.declined.get(&c).map_or(0, |k| k.order.len())
     }
 
-    /// Pages queried by every check so far (containers forgotten since
-    /// included).
-    pub(super) fn queried(&self) -> u64 {
-        self.queried_gone
-            + self
-                .by_container
-                .values()
-                .chain(self.declined.values())
-                .map(|k| k.queried)
-                .sum::<u64>()
-    }
-
     /// Forgets containers for which `keep` is false.
     pub(super) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
-        let mut gone = 0;
-        for m in [&mut self.by_container, &mut self.declined] {
-            m.retain(|&c, k| {
-                let kept = keep(c);
-                if !kept {
-                    gone += k.queried;
-                }
-                kept
-            });
-        }
-        self.queried_gone += gone;
+        self.by_container.retain(|&c, _| keep(c));
+        self.declined.retain(|&c, _| keep(c));
     }
 
     /// Forgets container `c`'s claim (it is no longer under its target).
@@ -404,10 +383,12 @@ impl KnownHot {
     fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
         let k = self.by_container.entry(c).or_default();
         k.checked_at = demoted;
-        let (mut out, mut found) = k.query(lower, enough);
+        let (mut out, mut found, queried) = k.query(lower, enough);
+        self.queried += queried;
         if found < enough {
             if let Some(d) = self.declined.get_mut(&c) {
-                let (more, bytes) = d.query(lower, enough - found);
+                let (more, bytes, queried) = d.query(lower, enough - found);
+                self.queried += queried;
                 out.extend(more);
                 found += bytes;
             }
@@ -522,11 +503,9 @@ impl Controller {
         for (c, mv) in results {
             self.record_move(managed, c, Direction::Promote, "recall", &mv);
         }
-        let queried = self.known_hot.queried();
-        let before = self.metrics.recall_queried_pages.get();
         self.metrics
             .recall_queried_pages
-            .inc_by(queried.saturating_sub(before));
+            .inc_by(std::mem::take(&mut self.known_hot.queried));
         pending
     }
 }
