@@ -367,6 +367,15 @@ pub struct ContainerPlan {
     /// protection, make way for its hot set; docs/NOTES.md "Within-share
     /// swap").
     pub swap_bytes: u64,
+    /// Inside-band trade: the container is inside its band but at least a
+    /// quarter band below its target, and has known-hot (or declined) pages
+    /// on the lower tier (`recallable_bytes`). It claims room for those
+    /// pages up to its target, and the containers at least a quarter band
+    /// above their targets give up their bytes above target for it (cut to
+    /// the need, like any demotion below `local_high`). Without it two
+    /// identical tenants can sit at opposite edges of their bands for good,
+    /// one short of its hottest pages (docs/NOTES.md "Inside-band trade").
+    pub band_trade: bool,
 }
 
 /// The solver's output for one cycle.
@@ -383,7 +392,9 @@ pub struct Plan {
     /// guarantee lacks, its recallable bytes, when it is assisted the hot
     /// bytes DAMON found on its lower tier, and, when tierd promotes
     /// ([`PolicyParams::tierd_promotes`]), [`PolicyParams::need_window_ms`]
-    /// of its promotion budget. Demotion below `local_high` never exceeds
+    /// of its promotion budget; a container trading inside its band
+    /// ([`ContainerPlan::band_trade`]) claims its recallable bytes up to
+    /// its target. Demotion below `local_high` never exceeds
     /// it: a byte is demoted only when an under-target container or the
     /// headroom needs the room, and free room is not made twice. With the
     /// kernel's promotion the headroom is the room promotions use (and

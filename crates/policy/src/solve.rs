@@ -229,6 +229,39 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         state.assist.clear();
     }
 
+    // Inside-band trade (ContainerPlan::band_trade): a container a quarter
+    // band or more below its target claims its known-hot lower-tier pages up
+    // to its target; those a quarter band or more above theirs give up the
+    // bytes above target for them. A quarter band on both sides, so that a
+    // trade ends with both nearer their targets than it began, and a
+    // thrashing (damped) container does not trade.
+    let mut trade_claims = 0u64;
+    for (p, c) in plans.iter_mut().zip(&cs) {
+        let quarter = band_bytes(params, p.target_bytes) / 4;
+        if p.state == PlacementState::AtTarget
+            && p.damping_level == 0
+            && c.slow_bytes > 0
+            && c.fast_bytes.saturating_add(quarter) < p.target_bytes
+        {
+            p.band_trade = true;
+            let gap = (p.target_bytes - c.fast_bytes).min(c.slow_bytes);
+            trade_claims = trade_claims.saturating_add(c.recallable_bytes.min(gap));
+        }
+    }
+    if trade_claims > 0 {
+        for (i, (p, c)) in plans.iter().zip(&cs).enumerate() {
+            let quarter = band_bytes(params, p.target_bytes) / 4;
+            // An assisted container at its target swaps within its own
+            // share (swap_bytes) instead.
+            if p.state == PlacementState::AtTarget
+                && !p.assisted
+                && c.fast_bytes > p.target_bytes.saturating_add(quarter)
+            {
+                over.push((i, c.fast_bytes - p.target_bytes));
+            }
+        }
+    }
+
     // Rate limits: refill every bucket, then spend in a fixed order.
     let elapsed_ms = snapshot.elapsed_ms;
     let ids = || cs.iter().map(|c| c.id);
@@ -293,6 +326,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .saturating_add(managed_fast)
         .saturating_add(params.headroom_bytes)
         .saturating_add(claims)
+        .saturating_add(trade_claims)
         .saturating_sub(snapshot.fast_capacity_bytes);
     let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
@@ -535,6 +569,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         pingpong_bytes_per_s: 0,
         assisted: false,
         swap_bytes: 0,
+        band_trade: false,
         state: if pinned {
             PlacementState::Pinned
         } else {

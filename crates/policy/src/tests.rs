@@ -1079,6 +1079,62 @@ fn known_hot_bytes_on_the_lower_tier_claim_room_without_growing() {
 }
 
 #[test]
+fn a_container_a_quarter_band_below_its_target_trades_inside_the_band() {
+    // Two 700 MiB tenants, targets 512, band 40 MiB (quarter 10): A holds
+    // 532, B 492, both inside their bands, the tier full.
+    let (mut p, mut st, _) = claim_case(c(2, 0, 0));
+    p.band_min_bytes = 40 * MIB;
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 532 * MIB, 168 * MIB), c(2, 492 * MIB, 208 * MIB)],
+    );
+    let plan = solve(&s, &p, &mut st);
+    let (a, b) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+    assert_eq!(
+        (a.state, b.state),
+        (PlacementState::AtTarget, PlacementState::AtTarget)
+    );
+    // B is a trader, but with nothing known hot below it claims nothing.
+    assert!(b.band_trade && !a.band_trade);
+    assert_eq!((plan.need_bytes, a.demote_bytes), (0, 0));
+    // 15 MiB of B's known-hot pages found on the lower tier: B claims
+    // them and A gives up as much of its 20 MiB above target.
+    s.elapsed_ms = 1_000;
+    s.containers[1].recallable_bytes = 15 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 15 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 15 * MIB);
+    assert_eq!(plan.get(1).unwrap().memory_low_bytes, 0);
+    // More than B lacks of its target is not claimed; A gives its 20.
+    s.containers[1].recallable_bytes = 100 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.need_bytes, 20 * MIB);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 20 * MIB);
+    // Within a quarter band of their targets nobody trades: A at 520, B
+    // at 504 (and B, 8 below, does not claim).
+    s.containers[0].fast_bytes = 520 * MIB;
+    s.containers[1].fast_bytes = 504 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert!(!plan.get(2).unwrap().band_trade);
+    assert_eq!((plan.need_bytes, plan.get(1).unwrap().demote_bytes), (0, 0));
+    // B a quarter band short but A within a quarter band above: B claims,
+    // and free room or nobody pays for it.
+    s.containers[1].fast_bytes = 496 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.get(2).unwrap().band_trade);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    // A damped (thrashing) container does not trade.
+    s.containers[0].fast_bytes = 532 * MIB;
+    s.containers[1].fast_bytes = 492 * MIB;
+    st.thrash.get_mut(&2).unwrap().level = 1;
+    st.thrash.get_mut(&2).unwrap().raised_ms = Some(st.clock_ms);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(2).unwrap().damping_level, 1);
+    assert!(!plan.get(2).unwrap().band_trade);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+}
+
+#[test]
 fn memory_min_guards_a_guarantee_while_its_container_is_protected() {
     // Pool 1024 MiB; the steady service (400 MiB, local_low 350 MiB) and a
     // neighbour (800 MiB). Usage demand: steady's target is its 400 MiB.

@@ -26,27 +26,30 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
         1..=1000u32,
         proptest::bool::weighted(0.1),
         proptest::option::of(0..=8 * GIB),
+        prop_oneof![Just(0), 0..=GIB],
     )
-        .prop_map(|(fast, slow, hot, low, high, weight, opt_out, lower_hot)| {
-            ContainerSnapshot {
-                id: 0,
-                name: String::new(),
-                fast_bytes: fast,
-                slow_bytes: slow,
-                hot_bytes: hot,
-                policy: ContainerPolicy {
-                    local_low: low,
-                    local_high: high,
-                    weight,
-                    opt_out,
-                    offload: None,
-                },
-                migrations: Default::default(),
-                recallable_bytes: 0,
-                lower_hot_bytes: lower_hot,
-                warm_bytes: None,
-            }
-        })
+        .prop_map(
+            |(fast, slow, hot, low, high, weight, opt_out, lower_hot, recallable)| {
+                ContainerSnapshot {
+                    id: 0,
+                    name: String::new(),
+                    fast_bytes: fast,
+                    slow_bytes: slow,
+                    hot_bytes: hot,
+                    policy: ContainerPolicy {
+                        local_low: low,
+                        local_high: high,
+                        weight,
+                        opt_out,
+                        offload: None,
+                    },
+                    migrations: Default::default(),
+                    recallable_bytes: recallable,
+                    lower_hot_bytes: lower_hot,
+                    warm_bytes: None,
+                }
+            },
+        )
 }
 
 fn snapshot() -> impl Strategy<Value = Snapshot> {
@@ -215,8 +218,18 @@ proptest! {
             prop_assert!(pc.demote_bytes <= c.fast_bytes.saturating_sub(pc.target_bytes));
             prop_assert!(pc.promote_bytes <= c.slow_bytes);
             prop_assert!(pc.promote_bytes <= pc.target_bytes.saturating_sub(c.fast_bytes));
+            // Over target, or above it inside the band for a trader.
             if pc.demote_bytes > 0 {
-                prop_assert_eq!(pc.state, PlacementState::OverTarget);
+                prop_assert!(
+                    pc.state == PlacementState::OverTarget
+                        || (pc.state == PlacementState::AtTarget
+                            && c.fast_bytes > pc.target_bytes
+                            && plan.containers.iter().any(|t| t.band_trade)),
+                    "{pc:?}"
+                );
+            }
+            if pc.band_trade {
+                prop_assert!(pc.state == PlacementState::AtTarget && c.fast_bytes < pc.target_bytes);
             }
             if pc.promote_bytes > 0 {
                 prop_assert_eq!(pc.state, PlacementState::UnderTarget);
@@ -375,9 +388,11 @@ proptest! {
     /// Work-conserving demotion: below local_high, the over-target
     /// containers together are asked for at most the room the fast tier
     /// needs: headroom + claims − free, where an under-target container
-    /// claims (up to its deficit) what its guarantee lacks, when it is
-    /// assisted the hot bytes DAMON found on its lower tier, and, when tierd
-    /// promotes, a window of its promotion budget.
+    /// claims (up to its deficit) what its guarantee lacks, its recallable
+    /// bytes, when it is assisted the hot bytes DAMON found on its lower
+    /// tier, and, when tierd promotes, a window of its promotion budget; a
+    /// container trading inside its band claims its recallable bytes (up
+    /// to its deficit).
     #[test]
     fn demotion_below_local_high_never_exceeds_the_need(s in snapshot(), p in params()) {
         // Every container was assisted in an earlier cycle, so that the
@@ -412,12 +427,16 @@ proptest! {
         let window = if p.tierd_promotes { u128::from(p.container_promote_bytes_per_s) * 10 } else { 0 };
         let claims: u128 = s.containers.iter()
             .map(|c| (c, plan.get(c.id).unwrap()))
-            .filter(|(_, pc)| pc.state == PlacementState::UnderTarget)
+            .filter(|(_, pc)| pc.state == PlacementState::UnderTarget || pc.band_trade)
             .map(|(c, pc)| {
                 let deficit = u128::from(pc.target_bytes.saturating_sub(c.fast_bytes).min(c.slow_bytes));
+                let recallable = u128::from(c.recallable_bytes);
+                if pc.band_trade {
+                    return recallable.min(deficit);
+                }
                 let owed = u128::from(pc.guarantee_bytes.saturating_sub(c.fast_bytes));
                 let assist = if pc.assisted { u128::from(c.lower_hot_bytes.unwrap_or(0)) } else { 0 };
-                window.max(owed).max(assist).min(deficit)
+                window.max(owed).max(recallable).max(assist).min(deficit)
             })
             .sum();
         let need = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes) + claims)

@@ -227,6 +227,7 @@ mod tests {
             damping_level: 0,
             pingpong_bytes_per_s: 0,
             swap_bytes: 0,
+            band_trade: false,
             state,
             assisted: false,
         };

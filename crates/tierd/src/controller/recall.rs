@@ -424,7 +424,8 @@ impl Controller {
     /// module docs), after this cycle's demotion made room: each gets at
     /// most what it lacks of its target (÷ 2^damping level) and what free
     /// fast-tier memory exceeds the headroom by; only containers under
-    /// target − band claim room for them (the solver). Returns true while
+    /// target − band, and those trading inside their band
+    /// (`ContainerPlan::band_trade`), claim room for them (the solver). Returns true while
     /// recall makes progress or an under-target container has known-hot
     /// pages left on the lower tier (the cycle is not quiet).
     pub(super) fn recall(&mut self, managed: &[Managed], snapshot: &Snapshot, plan: &Plan) -> bool {
@@ -437,8 +438,8 @@ impl Controller {
             .map(|c| (c.id, c.fast_bytes))
             .collect();
         // (container, bytes it may recall this cycle, bytes it lacks of its
-        // target, under target − band)
-        let mut short: Vec<(&Managed, u64, u64, bool)> = Vec::new();
+        // target, under target − band, trading inside its band)
+        let mut short: Vec<(&Managed, u64, u64, bool, bool)> = Vec::new();
         for m in managed {
             let (Some(p), Some(&fast)) = (plan.get(m.id), fast_bytes.get(&m.id)) else {
                 continue;
@@ -453,7 +454,13 @@ impl Controller {
                 self.known_hot.settle(m.id);
                 continue;
             }
-            short.push((m, lack, enough, p.state == PlacementState::UnderTarget));
+            short.push((
+                m,
+                lack,
+                enough,
+                p.state == PlacementState::UnderTarget,
+                p.band_trade,
+            ));
         }
         if short.is_empty() {
             return false;
@@ -463,13 +470,14 @@ impl Controller {
         };
         let mut pending = false;
         let mut results = Vec::new();
-        for (m, lack, enough, under) in short {
+        for (m, lack, enough, under, trade) in short {
             let demoted = self.counters.get(&m.id).map(|c| {
                 c.demote_kswapd + c.demote_direct + c.demote_proactive + c.demote_khugepaged
             });
-            // Within its band a container claims nothing: without free room
-            // a query would find pages it can neither move nor claim room for.
-            if self.known_hot.unchanged(m.id, demoted) || (!under && room == 0) {
+            // Within its band a container claims nothing unless it trades
+            // (ContainerPlan::band_trade): without free room a query would
+            // find pages it can neither move nor claim room for.
+            if self.known_hot.unchanged(m.id, demoted) || (!under && !trade && room == 0) {
                 continue;
             }
             let found = self.known_hot.check(m.id, &lower, demoted, enough);
