@@ -232,6 +232,10 @@ pub struct PolicyParams {
     /// it ([`ContainerPlan::assisted`]), in ms; 0 turns the assist off.
     /// Ignored when tierd promotes.
     pub assist_after_ms: u64,
+    /// Inside-band trade ([`ContainerPlan::band_trade`]); off by default:
+    /// in the demo it evened identical tenants out but was not ahead of the
+    /// plain band everywhere (docs/NOTES.md "The inside-band trade").
+    pub band_trade: bool,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -279,6 +283,7 @@ impl Default for PolicyParams {
             steady_ms: 10_000,
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
+            band_trade: false,
         }
     }
 }

@@ -236,7 +236,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // trade ends with both nearer their targets than it began, and a
     // thrashing (damped) container does not trade.
     let mut trade_claims = 0u64;
-    for (p, c) in plans.iter_mut().zip(&cs) {
+    for (p, c) in plans.iter_mut().zip(&cs).filter(|_| params.band_trade) {
         let quarter = band_bytes(params, p.target_bytes) / 4;
         if p.state == PlacementState::AtTarget
             && p.damping_level == 0

@@ -29,6 +29,7 @@ fn params() -> PolicyParams {
         steady_ms: 10_000,
         scan_pace_ms: 30_000,
         assist_after_ms: 0,
+        band_trade: false,
     }
 }
 
@@ -1084,6 +1085,7 @@ fn a_container_a_quarter_band_below_its_target_trades_inside_the_band() {
     // 532, B 492, both inside their bands, the tier full.
     let (mut p, mut st, _) = claim_case(c(2, 0, 0));
     p.band_min_bytes = 40 * MIB;
+    p.band_trade = true;
     let mut s = snap(
         1024 * MIB,
         vec![c(1, 532 * MIB, 168 * MIB), c(2, 492 * MIB, 208 * MIB)],

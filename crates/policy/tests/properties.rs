@@ -83,6 +83,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         prop_oneof![Just(DemandSource::Usage), Just(DemandSource::HotSet)],
         any::<bool>(),
         0..=10_000u64,
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -95,6 +96,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 demand,
                 tierd_promotes,
                 assist_after_ms,
+                band_trade,
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -111,6 +113,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 steady_ms: 10_000,
                 scan_pace_ms: 30_000,
                 assist_after_ms,
+                band_trade,
             },
         )
 }

@@ -584,6 +584,12 @@ pub struct LimitsConfig {
     /// skewed tenant's tail) pays for scans that find nothing; 0: never.
     #[serde(deserialize_with = "de_duration")]
     pub promote_scan_window: Duration,
+    /// Inside-band trade (`policy::ContainerPlan::band_trade`): a container
+    /// a quarter band or more below its target, inside its band, claims its
+    /// known-hot lower-tier pages, and those a quarter band or more above
+    /// theirs give the room. Off by default (docs/NOTES.md "The inside-band
+    /// trade").
+    pub band_trade: bool,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -609,6 +615,7 @@ impl Default for LimitsConfig {
             steady_after: Duration::from_millis(p.steady_ms),
             promote_scan_period: PROMOTE_SCAN_PERIOD,
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
+            band_trade: p.band_trade,
         }
     }
 }
@@ -1336,6 +1343,7 @@ impl Config {
             } else {
                 0
             },
+            band_trade: l.band_trade,
         }
     }
 }

@@ -82,6 +82,9 @@ enum Mode {
     /// The scenario's config with `hotness.source = "damon"` (DAMON heat
     /// sampled though the policy does not use it: its cost alone).
     TierdHeat,
+    /// The scenario's config with `limits.band_trade = true` (the
+    /// inside-band trade), to compare with `tierd` in the same boot.
+    TierdTrade,
 }
 
 impl Mode {
@@ -97,6 +100,7 @@ impl Mode {
             Mode::TierdDamos => "tierd-damos",
             Mode::TierdHot => "tierd-hot",
             Mode::TierdHeat => "tierd-heat",
+            Mode::TierdTrade => "tierd-trade",
         }
     }
 
@@ -121,6 +125,7 @@ impl Mode {
                 ("hotness", "source", toml::Value::from("damon")),
             ],
             Mode::TierdHeat => &[("hotness", "source", toml::Value::from("damon"))],
+            Mode::TierdTrade => &[("limits", "band_trade", toml::Value::from(true))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -806,7 +811,12 @@ fn run_mode(
             fs::write(DEMOTION_ENABLED, "1").context(DEMOTION_ENABLED)?;
             fs::write(NUMA_BALANCING, "2").context(NUMA_BALANCING)?;
         }
-        Mode::Tierd | Mode::TierdPages | Mode::TierdDamos | Mode::TierdHot | Mode::TierdHeat => {
+        Mode::Tierd
+        | Mode::TierdPages
+        | Mode::TierdDamos
+        | Mode::TierdHot
+        | Mode::TierdHeat
+        | Mode::TierdTrade => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -1682,7 +1692,7 @@ fn state_times(dir: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cycle_profile, metric_samples, Scenario};
+    use super::{cycle_profile, metric_samples, Mode, Scenario};
 
     #[test]
     fn metric_samples_pick_whole_families() {
@@ -1702,6 +1712,17 @@ mod tests {
                 "tierd_node_capacity_bytes{node=\"1\"} 0"
             ]
         );
+    }
+
+    /// A tierd-* mode changes only its keys of the scenario's config.
+    #[test]
+    fn the_trade_mode_turns_the_trade_on_and_keeps_the_rest() {
+        let text = "[daemon]\ninterval = \"1s\"\n[limits]\nband = \"5%\"\n";
+        let v: toml::Table = toml::from_str(&Mode::TierdTrade.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["band_trade"].as_bool(), Some(true));
+        assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
+        assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
+        assert_eq!(Mode::Tierd.tierd_config(text).unwrap(), text);
     }
 
     /// Every scenario file of the repository is one tierscen accepts (its
