@@ -372,14 +372,15 @@ pub struct ContainerPlan {
     /// protection, make way for its hot set; docs/NOTES.md "Within-share
     /// swap").
     pub swap_bytes: u64,
-    /// Inside-band trade: the container is inside its band but at least a
+    /// Inside-band trade (only with [`PolicyParams::band_trade`], off by
+    /// default): the container is inside its band but at least a
     /// quarter band below its target, and has known-hot (or declined) pages
     /// on the lower tier (`recallable_bytes`). It claims room for those
     /// pages up to its target, and the containers at least a quarter band
     /// above their targets give up their bytes above target for it (cut to
     /// the need, like any demotion below `local_high`). Without it two
     /// identical tenants can sit at opposite edges of their bands for good,
-    /// one short of its hottest pages (docs/NOTES.md "Inside-band trade").
+    /// one short of its hottest pages (docs/NOTES.md "The inside-band trade").
     pub band_trade: bool,
 }
 
