@@ -236,16 +236,18 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // trade ends with both nearer their targets than it began, and a
     // thrashing (damped) container does not trade.
     let mut trade_claims = 0u64;
-    for (p, c) in plans.iter_mut().zip(&cs).filter(|_| params.band_trade) {
-        let quarter = band_bytes(params, p.target_bytes) / 4;
-        if p.state == PlacementState::AtTarget
-            && p.damping_level == 0
-            && c.slow_bytes > 0
-            && c.fast_bytes.saturating_add(quarter) < p.target_bytes
-        {
-            p.band_trade = true;
-            let gap = (p.target_bytes - c.fast_bytes).min(c.slow_bytes);
-            trade_claims = trade_claims.saturating_add(c.recallable_bytes.min(gap));
+    if params.band_trade {
+        for (p, c) in plans.iter_mut().zip(&cs) {
+            let quarter = band_bytes(params, p.target_bytes) / 4;
+            if p.state == PlacementState::AtTarget
+                && p.damping_level == 0
+                && c.slow_bytes > 0
+                && c.fast_bytes.saturating_add(quarter) < p.target_bytes
+            {
+                p.band_trade = true;
+                let gap = (p.target_bytes - c.fast_bytes).min(c.slow_bytes);
+                trade_claims = trade_claims.saturating_add(c.recallable_bytes.min(gap));
+            }
         }
     }
     if trade_claims > 0 {
