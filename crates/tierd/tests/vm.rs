@@ -2474,29 +2474,60 @@ losetup "$LOOP" /tmp/fs.img
 mke2fs -q "$LOOP"
 mkdir -p /mnt/fs
 mount -t ext2 "$LOOP" /mnt/fs
-for t in ff lru; do
-    mkcg tenants.slice/$t
-    # Written from inside the tenant: its page cache is charged to it.
-    sh -c "echo 0 > $CG/tenants.slice/$t/cgroup.procs; dd if=/dev/zero of=/mnt/fs/$t bs=1M count=64 2>/dev/null; sync"
-    start_in tenants.slice/$t tierload hotset --size-mib 64 --hot-mib 4 --report-s 60 > /dev/null
-    start_in tenants.slice/$t sh -c "while true; do cat /mnt/fs/$t > /dev/null; done" > /dev/null
-done
-wait_usage tenants.slice/ff 120 90
-wait_usage tenants.slice/lru 120 90
+[ -e /sys/kernel/debug/lru_gen ] || mount -t debugfs none /sys/kernel/debug
+LG=/sys/kernel/debug/lru_gen
 # fa TENANT: anon N0, anon N1, file N0, file N1 in MiB.
 fa() {
     awk '$1 == "anon" || $1 == "file" { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[$1 kv[1]] = kv[2] } }
         END { printf "%d %d %d %d\n", v["anonN0"] / 1048576, v["anonN1"] / 1048576, v["fileN0"] / 1048576, v["fileN1"] / 1048576 }' \
         "$CG/tenants.slice/$1/memory.numa_stat"
 }
-# Usage can pass 120 MiB while tierload is still touching its 64 MiB (a CI
-# run read 54 MiB of anon): wait for all of it, to a deadline.
+# gens TENANT: the tenant's MGLRU generations on node 0, oldest first, as
+# seq:anon_pages/file_pages.
+gens() {
+    awk -v p="/tenants.slice/$1" '$1 == "memcg" { m = ($3 == p) } m && $1 == "node" { n = $2 }
+        m && n == 0 && $1 ~ /^[0-9]+$/ && NF >= 4 { printf "%s:%s/%s ", $1, $3, $4 } END { print "" }' $LG
+}
+# age TENANT: one forced MGLRU aging of the tenant's node-0 lruvec
+# (Documentation/admin-guide/mm/multigen_lru.rst: `+ memcg_id node_id
+# max_gen_nr can_swap force_scan`).
+age() {
+    local id max
+    id=$(awk -v p="/tenants.slice/$1" '$1 == "memcg" && $3 == p { print $2 }' $LG)
+    max=$(awk -v p="/tenants.slice/$1" '$1 == "memcg" { m = ($3 == p) } m && $1 == "node" { n = $2 }
+        m && n == 0 && $1 ~ /^[0-9]+$/ { g = $1 } END { print g }' $LG)
+    echo "+ $id 0 $max 1 1" > $LG
+}
+for t in ff lru; do
+    mkcg tenants.slice/$t
+    start_in tenants.slice/$t tierload hotset --size-mib 64 --hot-mib 4 --report-s 60 > /dev/null
+done
+# All of the anonymous memory touched (usage can pass 60 MiB before the
+# pages are counted per node), to a deadline.
 for t in ff lru; do
     i=0
     until [ "$(fa $t | cut -d' ' -f1)" -ge 60 ]; do
-        i=$((i + 1)); [ $i -gt 300 ] && { echo "WARN: $t's anon not on DRAM: $(fa $t)"; break; }; sleep 0.2
+        i=$((i + 1)); [ $i -gt 600 ] && { echo "WARN: $t's anon not on DRAM: $(fa $t)"; break; }; sleep 0.2
     done
 done
+# MGLRU places new page cache in the oldest generation of its type and
+# anon one below the youngest, and evicts the older type first (mm/vmscan.c
+# `lru_gen_add_folio`, `isolate_folios`). Left so, a tenant's cold anon is
+# younger than its hot page cache and LRU order takes the page cache: the
+# baseline would not tell file_first apart (a CI run lost 44 MiB of file
+# and 20 of anon). Three agings first leave the cold anon in the oldest
+# generation (the hot set moves to the youngest), so the page cache
+# written next lands in a younger one.
+for t in ff lru; do age $t; age $t; age $t; done
+for t in ff lru; do
+    # Written from inside the tenant: its page cache is charged to it.
+    sh -c "echo 0 > $CG/tenants.slice/$t/cgroup.procs; dd if=/dev/zero of=/mnt/fs/$t bs=1M count=64 2>/dev/null; sync"
+    start_in tenants.slice/$t sh -c "while true; do cat /mnt/fs/$t > /dev/null; done" > /dev/null
+done
+wait_usage tenants.slice/ff 120 90
+wait_usage tenants.slice/lru 120 90
+echo "GENS ff $(gens ff)"
+echo "GENS lru $(gens lru)"
 echo "FA-BEFORE ff $(fa ff)"
 echo "FA-BEFORE lru $(fa lru)"
 cat > /tmp/t.toml <<'EOF'
