@@ -258,22 +258,41 @@ fn at_target_container_is_not_demoted() {
     // the rest cold, as a cache's tail) at its target, then an 800 MiB all-hot
     // neighbour arrives. First with kernel tiering only
     // (baseline), then under tierd with local_low = 320 MiB for the steady one.
+    // The baseline samples until kernel tiering has taken 64 MiB of the
+    // steady container's DRAM (at least 40 samples, at most 240: how soon
+    // depends on the machine; a slow one took 25 MiB in 40 s), and tierd's
+    // phase then takes as many samples.
     let g = boot(
         r#"
 . /tests/lib.sh
-phase() { # phase NAME: steady + hog, 40 s of samples
+# The hog's promotions come in bursts one NUMA-balancing scan period
+# apart, which grows to 60 s by default: 10 s in both phases.
+echo 10000 > /sys/kernel/debug/sched/numa_balancing/scan_period_max_ms
+phase() { # phase NAME SAMPLES: steady + hog; SAMPLES = 0: until steady lost 64 MiB
     mkcg tenants.slice/steady
     S=$(start_in tenants.slice/steady tierload hotset --size-mib 300 --hot-mib 30 --report-s 60)
     wait_usage tenants.slice/steady 295 90 || exit 1
     sleep 3
-    echo "$1 $(node_mib tenants.slice/steady 0)"
+    B=$(node_mib tenants.slice/steady 0)
+    echo "$1 $B"
     mkcg tenants.slice/hog
     H=$(start_in tenants.slice/hog tierload hotset --size-mib 800 --hot-mib 800 --report-s 60)
-    for i in $(seq 40); do
+    N=0
+    while :; do
+        N=$((N + 1))
         [ "$1" = TIERD ] && emit_status
-        echo "$1 $(node_mib tenants.slice/steady 0) $(node_mib tenants.slice/hog 1)"
+        F=$(node_mib tenants.slice/steady 0)
+        echo "$1 $F $(node_mib tenants.slice/hog 1)"
+        if [ "$2" -gt 0 ]; then
+            [ $N -ge "$2" ] && break
+        else
+            [ $N -ge 40 ] && [ $((B - F)) -ge 64 ] && break
+            [ $N -ge 240 ] && break
+        fi
         sleep 1
     done
+    # While both tenants exist: tierd forgets a removed cgroup's series.
+    [ "$1" = TIERD ] && tierctl metrics | grep -E '^tierd_(hint_fault_source|container_numa_hint_faults_total|container_numa_promotions_total)' | sed 's/^/METRIC /'
     kill $S $H; wait $S $H
     for c in steady hog; do
         while [ -d $CG/tenants.slice/$c ] && ! rmdir $CG/tenants.slice/$c 2>/dev/null; do sleep 0.2; done
@@ -281,7 +300,7 @@ phase() { # phase NAME: steady + hog, 40 s of samples
 }
 echo 1 > /sys/kernel/mm/numa/demotion_enabled
 echo 2 > /proc/sys/kernel/numa_balancing
-phase KERNEL
+phase KERNEL 0
 echo 3 > /proc/sys/vm/drop_caches
 cat > /tmp/t.toml <<'EOF'
 [daemon]
@@ -299,8 +318,7 @@ EOF
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
-phase TIERD
-tierctl metrics | grep -E '^tierd_(hint_fault_source|container_numa_hint_faults_total|container_numa_promotions_total)' | sed 's/^/METRIC /'
+phase TIERD $N
 kill -TERM $TIERD
 wait $TIERD
 "#,
@@ -333,6 +351,13 @@ wait $TIERD
     };
     let kernel = phase("KERNEL ");
     let tierd = phase("TIERD ");
+    eprintln!(
+        "steady on node 0 (MiB) per sample, kernel-only: {} -> {:?}\ntierd: {} -> {:?}",
+        kernel.0,
+        kernel.1.iter().map(|r| r.0).collect::<Vec<_>>(),
+        tierd.0,
+        tierd.1.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
     assert!(
         kernel.0 >= 280 && tierd.0 >= 280,
         "steady should start in DRAM: {kernel:?} {tierd:?}"
