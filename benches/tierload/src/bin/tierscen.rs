@@ -271,6 +271,19 @@ struct Sample {
     swap_bytes: u64,
     /// memory.pressure `some avg10`, percent (cgroup-v2.rst, PSI).
     pressure_some_avg10: Option<f64>,
+    /// The container's migrations so far (memory.stat, pages, cumulative):
+    /// promoted by NUMA balancing, demoted by kswapd, demoted in the
+    /// reclaimer's context (direct reclaim and, on 6.12, tierd's
+    /// `memory.reclaim`; 7.3 counts the latter in `pgdemote_proactive`,
+    /// added here).
+    promoted_pages: u64,
+    demoted_kswapd_pages: u64,
+    demoted_direct_pages: u64,
+    /// Hint faults on the container's lower-tier pages so far and of them
+    /// the ones the kernel chose to promote (the probe tierscen loads,
+    /// events), cumulative.
+    lower_hint_faults: u64,
+    promotion_candidates: u64,
 }
 
 struct Running {
@@ -655,6 +668,16 @@ struct HostSample {
     /// processes): the part of the tasks' kernel time that is tiering work
     /// and that tierd's own promotions (`move_pages` in tierd) replace.
     kernel_promotion_cpu_s: f64,
+    /// `pgpromote_candidate` (/proc/vmstat, pages, cumulative): lower-tier
+    /// pages whose hint fault passed the kernel's hot-page latency test,
+    /// whether the promotion rate limit then let them through or not
+    /// (kernel/sched/fair.c `numa_promotion_rate_limit`).
+    pgpromote_candidate: u64,
+    /// Hint faults the kernel chose a target node for (the probe, all
+    /// memcgs, events, cumulative): the candidates the rate limit let
+    /// through. `pgpromote_candidate` minus these is the hot faults the
+    /// rate limit declined.
+    probe_candidates: u64,
 }
 
 /// The hint-fault probe tierscen loads for itself in every mode, to time
@@ -668,17 +691,39 @@ fn promotion_clock() -> Result<hotness::probe::HintFaultProbe> {
     )
 }
 
-/// CPU seconds spent in `migrate_misplaced_folio` since `probe` was loaded;
-/// NaN (null in the samples: the rows built on it show no value rather
-/// than a wrong one) when the probe's map cannot be read.
-fn promotion_s(probe: &hotness::probe::HintFaultProbe) -> f64 {
-    match probe.read() {
-        Ok(r) => r.migrate_cpu_ns as f64 / 1e9,
-        Err(e) => {
-            eprintln!("tierscen: cannot read the promotion timer: {e}");
-            f64::NAN
-        }
-    }
+/// A read of the probe's maps; `None` (logged) when they cannot be read, so
+/// the rows built on it show no value rather than a wrong one.
+fn read_clock(probe: &hotness::probe::HintFaultProbe) -> Option<hotness::probe::ProbeReading> {
+    probe
+        .read()
+        .map_err(|e| eprintln!("tierscen: cannot read the hint-fault probe: {e}"))
+        .ok()
+}
+
+/// CPU seconds spent in `migrate_misplaced_folio` since the probe was
+/// loaded; NaN (null in the samples) without a reading.
+fn promotion_s(reading: Option<&hotness::probe::ProbeReading>) -> f64 {
+    reading.map_or(f64::NAN, |r| r.migrate_cpu_ns as f64 / 1e9)
+}
+
+/// A container's hint faults on lower-tier pages and, of them, the ones the
+/// kernel chose to promote (events since the probe was loaded; 0 without a
+/// reading or when the cgroup is gone).
+fn container_hint_counts(
+    reading: Option<&hotness::probe::ProbeReading>,
+    cgroup: &str,
+    fast: &[u32],
+) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(r), Ok(meta)) = (reading, fs::metadata(Path::new(CGROUP_ROOT).join(cgroup))) else {
+        return (0, 0);
+    };
+    r.counts
+        .iter()
+        .filter(|(k, _)| k.memcg_id == meta.ino() && !fast.contains(&k.src_nid))
+        .fold((0, 0), |(f, c), (_, n)| {
+            (f + n.hint_faults, c + n.candidates)
+        })
 }
 
 /// CPU seconds (utime + stime) of the `kswapd*` and `kdamond*` kernel threads.
@@ -742,12 +787,13 @@ fn host_sample(
     fast: &[u32],
     tierd: Option<u32>,
     workloads: &[u32],
-    clock: &hotness::probe::HintFaultProbe,
+    reading: Option<&hotness::probe::ProbeReading>,
 ) -> HostSample {
     let mut h = HostSample {
         t_s,
         workload_system_cpu_s: workloads.iter().map(|&p| proc_times(p).1).sum(),
-        kernel_promotion_cpu_s: promotion_s(clock),
+        kernel_promotion_cpu_s: promotion_s(reading),
+        probe_candidates: reading.map_or(0, |r| r.counts.values().map(|c| c.candidates).sum()),
         ..Default::default()
     };
     if let Some(pid) = tierd {
@@ -777,6 +823,7 @@ fn host_sample(
         match k {
             "pgmigrate_success" => h.pgmigrate_success = v,
             "pgpromote_success" => h.pgpromote_success = v,
+            "pgpromote_candidate" => h.pgpromote_candidate = v,
             k if k.starts_with("pgdemote_") => h.pgdemote += v,
             _ => {}
         }
@@ -934,7 +981,13 @@ fn run_mode(
         h.mode = mode.label().into();
         h
     };
-    let mut host: Vec<HostSample> = vec![tag(host_sample(0.0, &fast, tierd_pid, &[], clock))];
+    let mut host: Vec<HostSample> = vec![tag(host_sample(
+        0.0,
+        &fast,
+        tierd_pid,
+        &[],
+        read_clock(clock).as_ref(),
+    ))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
     let events = spawn_events(&sc.events, start, format!("{} / {}", sc.name, mode.label()));
@@ -957,7 +1010,8 @@ fn run_mode(
                 .iter()
                 .flat_map(|r| std::iter::once(r.child.id()).chain(r.server.as_ref().map(Child::id)))
                 .collect();
-            let h = tag(host_sample(t, &fast, tierd_pid, &pids, clock));
+            let reading = read_clock(clock);
+            let h = tag(host_sample(t, &fast, tierd_pid, &pids, reading.as_ref()));
             let prev = host.last().unwrap().clone();
             let mut line = format!(
                 "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",
@@ -973,6 +1027,10 @@ fn run_mode(
                 let spec = &sc.containers[r.spec_index];
                 let p = placement(&spec.cgroup, &fast).unwrap_or_default();
                 let (f, l) = (p.fast, p.lower);
+                let stat = cgroupctl::CgroupFs::new(CGROUP_ROOT)
+                    .memory_stat(&spec.cgroup)
+                    .ok();
+                let hints = container_hint_counts(reading.as_ref(), &spec.cgroup, &fast);
                 let rep = r.report.lock().unwrap().clone();
                 let target = targets.get(&spec.cgroup).map(|t| t.0);
                 let why = targets
@@ -1001,6 +1059,13 @@ fn run_mode(
                     file_lower_bytes: p.file_lower,
                     swap_bytes: swap_bytes(&spec.cgroup),
                     pressure_some_avg10: pressure_some_avg10(&spec.cgroup),
+                    promoted_pages: stat.as_ref().map_or(0, |m| m.pgpromote_success()),
+                    demoted_kswapd_pages: stat.as_ref().map_or(0, |m| m.pgdemote_kswapd()),
+                    demoted_direct_pages: stat
+                        .as_ref()
+                        .map_or(0, |m| m.pgdemote_direct() + m.pgdemote_proactive()),
+                    lower_hint_faults: hints.0,
+                    promotion_candidates: hints.1,
                 };
                 match target {
                     Some(tg) if tg > 0 => {
@@ -1371,6 +1436,39 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                 last.pgpromote_success.saturating_sub(first.pgpromote_success),
                 last.pgdemote.saturating_sub(first.pgdemote)
             );
+            // Where the second half's migrations came from, per container,
+            // and how many hot lower-tier faults the kernel's promotion
+            // rate limit declined (docs/NOTES.md, "Who moves what in a
+            // steady state").
+            let cand = last
+                .pgpromote_candidate
+                .saturating_sub(mid.pgpromote_candidate);
+            let chosen = last.probe_candidates.saturating_sub(mid.probe_candidates);
+            println!(
+                "{:<8} second half: {cand} pages passed the kernel's hot-page test, {chosen} faults were let through, {} declined by the promotion rate limit",
+                r.mode.label(),
+                cand.saturating_sub(chosen)
+            );
+            for c in &sc.containers {
+                let of = |t: f64| {
+                    r.samples
+                        .iter()
+                        .filter(|s| s.container == c.name)
+                        .min_by(|a, b| (a.t_s - t).abs().total_cmp(&(b.t_s - t).abs()))
+                };
+                if let (Some(a), Some(b)) = (of(mid.t_s), of(last.t_s)) {
+                    println!(
+                        "{:<8} {} second half, pages: promoted {}, demoted by kswapd {}, demoted in the reclaimer (tierd, direct) {}; lower-tier hint faults {}, let through {}",
+                        r.mode.label(),
+                        c.name,
+                        b.promoted_pages.saturating_sub(a.promoted_pages),
+                        b.demoted_kswapd_pages.saturating_sub(a.demoted_kswapd_pages),
+                        b.demoted_direct_pages.saturating_sub(a.demoted_direct_pages),
+                        b.lower_hint_faults.saturating_sub(a.lower_hint_faults),
+                        b.promotion_candidates.saturating_sub(a.promotion_candidates),
+                    );
+                }
+            }
         }
         if r.mode.is_tierd() {
             if let (Some(first), Some(last)) = (r.host.first(), r.host.last()) {
