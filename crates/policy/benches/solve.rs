@@ -61,6 +61,7 @@ fn host(n: usize) -> Snapshot {
         fast_unmanaged_bytes: 512 * MIB,
         elapsed_ms: 1_000,
         containers,
+        hot_below_bytes: None,
     }
 }
 

@@ -164,6 +164,15 @@ pub struct Snapshot {
     /// the token buckets.
     pub elapsed_ms: u64,
     pub containers: Vec<ContainerSnapshot>,
+    /// Bytes of the base pages whose lower-tier hint fault passed the
+    /// kernel's hot-page latency test since the previous snapshot,
+    /// rate-limited or not (the growth of `pgpromote_candidate` in
+    /// /proc/vmstat, pages summed over nodes, times the page size;
+    /// kernel/sched/fair.c `numa_promotion_rate_limit`). `None` where the
+    /// kernel has no such counter (before 5.18) or it could not be read:
+    /// the policy then never closes the kernel's promotion
+    /// ([`PromoteGate`]).
+    pub hot_below_bytes: Option<u64>,
 }
 
 /// What a container's demand (the bytes it competes for in the
@@ -223,6 +232,12 @@ pub struct PolicyParams {
     /// How long no container may be under its target (and none arrive or
     /// leave) before the plan is steady, in ms (see [`Plan::steady`]).
     pub steady_ms: u64,
+    /// While steady, the kernel's promotion is closed ([`PromoteGate::Closed`])
+    /// until hot pages show on the lower tier faster than this, bytes per
+    /// second of [`Snapshot::hot_below_bytes`]; then it is limited
+    /// ([`PromoteGate::Limited`]) for [`PolicyParams::steady_ms`] and closed
+    /// again. 0: never closed (limited for as long as the plan is steady).
+    pub hot_below_bytes_per_s: u64,
     /// With the kernel's promotion: for how long after a container arrives
     /// the daemon shortens NUMA balancing's scan period while it is under
     /// its target − band ([`Plan::scan_paced`]), in ms; 0: never.
@@ -281,6 +296,7 @@ impl Default for PolicyParams {
             need_window_ms: 10_000,
             tierd_promotes: false,
             steady_ms: 10_000,
+            hot_below_bytes_per_s: 256 << 10,
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
             band_trade: false,
@@ -416,6 +432,9 @@ pub struct Plan {
     /// (see `steady.rs`; the daemon then limits the kernel's promotion
     /// rate).
     pub steady: bool,
+    /// What the daemon holds the kernel's promotion rate limit at this
+    /// cycle (see `steady.rs`).
+    pub promote_gate: PromoteGate,
     /// A container that arrived less than [`PolicyParams::scan_pace_ms`]
     /// ago is under its target − band: the daemon
     /// caps NUMA balancing's scan period, so the kernel keeps taking hint
@@ -484,6 +503,30 @@ pub struct SteadyState {
     /// When each container of the last cycle was first seen (policy
     /// clock); see [`Plan::scan_paced`].
     pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
+    /// The gate of the last cycle, and until when (policy clock) hot pages
+    /// seen on the lower tier keep it [`PromoteGate::Limited`].
+    pub gate: PromoteGate,
+    pub limited_until_ms: Option<u64>,
+}
+
+/// The kernel's promotion (`kernel.numa_balancing_promote_rate_limit_MBps`)
+/// as the daemon holds it in a cycle; with `promotion = "kernel"` only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PromoteGate {
+    /// The kernel's (or the operator's) own limit: a container is owed
+    /// fast-tier bytes, or the plan has not been steady for long enough.
+    #[default]
+    Open,
+    /// Steady, and hot pages showed on the lower tier lately: held at
+    /// `limits.steady_promote_rate`, which lets the hottest candidates
+    /// through (they fault first after a scan) and declines the rest.
+    Limited,
+    /// Steady, and the lower tier holds nothing hot: held at 0. A
+    /// promotion would only swap a warm page in for one kswapd demotes, and
+    /// each promotion that finds the node short of free pages wakes kswapd,
+    /// which demotes more than was promoted (docs/NOTES.md "Who moves what
+    /// in a steady state").
+    Closed,
 }
 
 /// Per-container thrash detector state (see [`ThrashParams`]).

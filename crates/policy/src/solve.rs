@@ -424,6 +424,15 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .collect();
     let scan_paced =
         crate::steady::pace_scan(&mut state.steady, now_ms, &ids, &under, params.scan_pace_ms);
+    let promote_gate = crate::steady::promote_gate(
+        &mut state.steady,
+        now_ms,
+        snapshot.elapsed_ms,
+        steady,
+        snapshot.hot_below_bytes,
+        params.hot_below_bytes_per_s,
+        params.steady_ms,
+    );
 
     Plan {
         pool_bytes,
@@ -431,6 +440,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         need_bytes,
         containers: plans,
         steady,
+        promote_gate,
         scan_paced,
     }
 }

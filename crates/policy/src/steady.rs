@@ -7,15 +7,17 @@
 //! container is under its target that is how it gets its share; once every
 //! container is at or over its target, a promotion only swaps a warm page in
 //! for a page kswapd takes out: pages move and the split does not. The daemon
-//! then lowers the kernel's promotion rate limit
-//! (`kernel.numa_balancing_promote_rate_limit_MBps`,
-//! Documentation/admin-guide/sysctl/kernel.rst), which lets the hottest
-//! candidates through (they fault first after a scan) and refuses the rest,
-//! and lifts it again as soon as a container falls under its target.
+//! then closes the kernel's promotion (rate limit
+//! `kernel.numa_balancing_promote_rate_limit_MBps` at 0,
+//! Documentation/admin-guide/sysctl/kernel.rst) while nothing on the lower
+//! tier passes the kernel's hot-page test, lowers it to a few MiB/s when
+//! something does (the hottest candidates fault first after a scan and get
+//! through, the rest are refused), and lifts it again as soon as a
+//! container falls under its target ([`promote_gate`]).
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
-use crate::model::{ContainerId, SteadyState};
+use crate::model::{ContainerId, PromoteGate, SteadyState};
 
 /// Records one cycle and says whether the state is steady: no container
 /// under its target − band (`settled` this cycle) and the same containers,
@@ -76,6 +78,52 @@ pub(crate) fn pace_scan(
             .get(id)
             .is_some_and(|&t| now_ms.saturating_sub(t) < pace_ms)
     })
+}
+
+/// Records one cycle and says where the daemon holds the kernel's promotion
+/// rate limit ([`PromoteGate`]).
+///
+/// Not `steady`: [`PromoteGate::Open`]. Steady: [`PromoteGate::Closed`]
+/// unless hot pages showed on the lower tier — `hot_below_bytes` (since the
+/// previous cycle, `elapsed_ms` ago) at `hot_below_per_s` bytes per second
+/// or more — in a cycle that began closed; then [`PromoteGate::Limited`]
+/// for `limited_ms` and closed again. Only cycles that began closed count:
+/// while the kernel promotes, kswapd's demotions put warm pages on the
+/// lower tier, which pass the kernel's test at the next scan, so limited
+/// cycles would keep the gate limited on the churn they cause.
+/// `hot_below_per_s` 0 or `hot_below_bytes` None (the kernel's counter
+/// unknown): limited for as long as the plan is steady, never closed.
+pub(crate) fn promote_gate(
+    st: &mut SteadyState,
+    now_ms: u64,
+    elapsed_ms: u64,
+    steady: bool,
+    hot_below_bytes: Option<u64>,
+    hot_below_per_s: u64,
+    limited_ms: u64,
+) -> PromoteGate {
+    let gate = match hot_below_bytes {
+        _ if !steady => {
+            st.limited_until_ms = None;
+            PromoteGate::Open
+        }
+        Some(bytes) if hot_below_per_s > 0 => {
+            // bytes / s ≥ threshold, without dividing by a 0 ms cycle.
+            let hot = st.gate == PromoteGate::Closed
+                && elapsed_ms > 0
+                && u128::from(bytes) * 1000 >= u128::from(hot_below_per_s) * u128::from(elapsed_ms);
+            if hot {
+                st.limited_until_ms = Some(now_ms + limited_ms);
+            }
+            match st.limited_until_ms {
+                Some(t) if now_ms < t => PromoteGate::Limited,
+                _ => PromoteGate::Closed,
+            }
+        }
+        _ => PromoteGate::Limited,
+    };
+    st.gate = gate;
+    gate
 }
 
 #[cfg(test)]

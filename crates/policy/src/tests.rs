@@ -27,6 +27,7 @@ fn params() -> PolicyParams {
         need_window_ms: 10_000,
         tierd_promotes: false,
         steady_ms: 10_000,
+        hot_below_bytes_per_s: 256 << 10,
         scan_pace_ms: 30_000,
         assist_after_ms: 0,
         band_trade: false,
@@ -85,6 +86,7 @@ fn snap(fast_capacity_bytes: u64, containers: Vec<ContainerSnapshot>) -> Snapsho
         fast_unmanaged_bytes: 0,
         elapsed_ms: 0,
         containers,
+        hot_below_bytes: None,
     }
 }
 
@@ -1221,6 +1223,76 @@ fn steady_once_nobody_is_under_target_for_the_settle_time() {
         )
     };
     assert!(!solve(&three, &p, &mut st).steady);
+}
+
+#[test]
+fn a_steady_plan_closes_kernel_promotion_until_hot_pages_show_below() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        steady_ms: 10_000,
+        hot_below_bytes_per_s: 256 << 10,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    // Two identical tenants at their targets (450 MiB each), cycles 2 s
+    // apart; `hot` bytes passed the kernel's hot-page test since the last.
+    let mut gate = |fast_b: u64, hot: Option<u64>| {
+        let s = Snapshot {
+            elapsed_ms: 2_000,
+            hot_below_bytes: hot,
+            ..snap(
+                900 * MIB,
+                vec![
+                    c(1, 450 * MIB, 150 * MIB),
+                    c(2, fast_b * MIB, (600 - fast_b) * MIB),
+                ],
+            )
+        };
+        solve(&s, &p, &mut st).promote_gate
+    };
+    // Not steady for the first 10 s: the kernel's own limit.
+    for _ in 0..5 {
+        assert_eq!(gate(450, Some(0)), PromoteGate::Open);
+    }
+    // Steady, nothing hot below: closed.
+    assert_eq!(gate(450, Some(0)), PromoteGate::Closed);
+    // Less than 256 KiB/s over the 2 s cycle: still closed.
+    assert_eq!(gate(450, Some(500 << 10)), PromoteGate::Closed);
+    // 512 KiB in 2 s = 256 KiB/s: limited, for steady_ms (10 s).
+    assert_eq!(gate(450, Some(512 << 10)), PromoteGate::Limited);
+    // What passes while limited (the churn it causes) does not extend it.
+    for _ in 0..4 {
+        assert_eq!(gate(450, Some(64 << 20)), PromoteGate::Limited);
+    }
+    assert_eq!(gate(450, Some(64 << 20)), PromoteGate::Closed);
+    // That cycle began closed: its hot pages count.
+    assert_eq!(gate(450, Some(64 << 20)), PromoteGate::Limited);
+    // A container under its target − band opens the kernel's promotion at
+    // once, and steadiness (10 s) must be earned again.
+    assert_eq!(gate(400, Some(0)), PromoteGate::Open);
+    for _ in 0..5 {
+        assert_eq!(gate(450, Some(0)), PromoteGate::Open);
+    }
+    assert_eq!(gate(450, Some(0)), PromoteGate::Closed);
+    // Without the kernel's counter, or with the threshold 0: limited, never
+    // closed.
+    assert_eq!(gate(450, None), PromoteGate::Limited);
+    let p0 = PolicyParams {
+        hot_below_bytes_per_s: 0,
+        ..p.clone()
+    };
+    let mut st0 = PolicyState::default();
+    let s = Snapshot {
+        elapsed_ms: 2_000,
+        hot_below_bytes: Some(0),
+        ..snap(900 * MIB, vec![c(1, 450 * MIB, 0)])
+    };
+    let gates: Vec<PromoteGate> = (0..8)
+        .map(|_| solve(&s, &p0, &mut st0).promote_gate)
+        .collect();
+    assert_eq!(gates[..5], [PromoteGate::Open; 5]);
+    assert_eq!(gates[5..], [PromoteGate::Limited; 3]);
 }
 
 /// The promotion assist: a hog (700 MiB on DRAM) and a newcomer under its

@@ -68,6 +68,7 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 fast_unmanaged_bytes: unmanaged,
                 elapsed_ms,
                 containers: cs,
+                hot_below_bytes: None,
             }
         })
 }
@@ -111,6 +112,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 need_window_ms: 10_000,
                 tierd_promotes,
                 steady_ms: 10_000,
+                hot_below_bytes_per_s: 256 << 10,
                 scan_pace_ms: 30_000,
                 assist_after_ms,
                 band_trade,

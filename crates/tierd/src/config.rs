@@ -565,6 +565,15 @@ pub struct LimitsConfig {
     /// for `steady_after`); the original value is written back as soon as
     /// one is. 0: tierd never changes it.
     pub steady_promote_rate: Bytes,
+    /// With `promotion = "kernel"`, while the plan is steady: the kernel's
+    /// promotion is closed (its rate limit held at 0) until pages that pass
+    /// its hot-page test show on the lower tier at this many bytes per
+    /// second (`pgpromote_candidate` in /proc/vmstat); then it is held at
+    /// `steady_promote_rate` for `steady_after` and closed again
+    /// ([`policy::PromoteGate`]). 0: never closed, held at
+    /// `steady_promote_rate` for as long as the plan is steady.
+    /// docs/NOTES.md "Who moves what in a steady state".
+    pub steady_hot_below: Bytes,
     /// How long no container may be under its target before the plan is
     /// steady.
     #[serde(deserialize_with = "de_duration")]
@@ -612,6 +621,7 @@ impl Default for LimitsConfig {
             thrash_rate: Bytes(p.thrash.pingpong_bytes_per_s),
             thrash_settle: Duration::from_millis(p.thrash.settle_ms),
             steady_promote_rate: Bytes(STEADY_PROMOTE_RATE),
+            steady_hot_below: Bytes(p.hot_below_bytes_per_s),
             steady_after: Duration::from_millis(p.steady_ms),
             promote_scan_period: PROMOTE_SCAN_PERIOD,
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
@@ -1328,6 +1338,12 @@ impl Config {
             need_window_ms: 10_000,
             tierd_promotes: promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
+            hot_below_bytes_per_s: if l.steady_promote_rate.0 == 0 {
+                // tierd leaves the kernel's limit alone: nothing to close.
+                0
+            } else {
+                l.steady_hot_below.0
+            },
             // The scan period is the kernel's to change only with its promotion.
             scan_pace_ms: if promotion == PromotionMode::Kernel && !l.promote_scan_period.is_zero()
             {

@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 use cgroupctl::{CgroupFs, Limit, LruGen, NodeSet, ReclaimOutcome};
 use hotness::damon::Damon;
 use policy::{
-    ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, Snapshot,
+    ContainerSnapshot, DemandHolds, Migrations, PlacementState, Plan, PolicyState, PromoteGate,
+    Snapshot,
 };
 
 mod actuate;
@@ -539,6 +540,7 @@ impl Controller {
                 .saturating_sub(managed_fast),
             elapsed_ms,
             containers: snaps,
+            hot_below_bytes: self.gate.hot_below_bytes(&self.cfg.daemon.procfs_root),
         };
         let promotion = self.promotion();
         let mut params = self.cfg.policy_params_for(promotion);

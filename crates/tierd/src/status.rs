@@ -36,6 +36,10 @@ pub struct Status {
     /// `limits.steady_promote_rate`); absent in older tierd's /status.
     #[serde(default)]
     pub kernel_promotion_limited: bool,
+    /// Of that, held at 0: nothing hot on the lower tier
+    /// (`limits.steady_hot_below`); absent in older tierd's /status.
+    #[serde(default)]
+    pub kernel_promotion_closed: bool,
     /// NUMA balancing's longest scan period held by tierd (not steady, see
     /// `limits.promote_scan_period`); absent in older tierd's /status.
     #[serde(default)]

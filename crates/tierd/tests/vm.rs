@@ -1540,15 +1540,16 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
 }
 
-/// With `promotion = "kernel"` tierd limits the kernel's promotion rate
-/// while no container is under its target (`limits.steady_promote_rate`,
-/// `controller/gate.rs`), lifts the limit the cycle a newcomer is under its
-/// target, limits again once the newcomer has its share, and restores the
-/// original at exit and, from the journal, after a kill -9. NUMA
-/// balancing's longest scan period goes the other way: with
-/// `limits.promote_scan_period = "2s"` (off by default) it is held at 2 s
-/// while the newcomer is under its target, the kernel's own (60 s) while
-/// steady and after exit.
+/// With `promotion = "kernel"` tierd holds the kernel's promotion while no
+/// container is under its target (`controller/gate.rs`): closed (rate limit
+/// 0) while nothing on the lower tier passes the kernel's hot-page test,
+/// limited to `limits.steady_promote_rate` once something does (a capped
+/// container's hot pages above its `local_high`), and open (the kernel's
+/// own) the cycle a newcomer is under its target. The original comes back
+/// at exit and, from the journal, after a kill -9. NUMA balancing's longest
+/// scan period goes the other way: with `limits.promote_scan_period = "2s"`
+/// (off by default) it is held at 2 s while the newcomer is under its
+/// target, the kernel's own (60 s) while steady and after exit.
 #[test]
 fn kernel_promotion_is_limited_only_in_a_steady_state() {
     let g = boot(
@@ -1569,41 +1570,57 @@ until_is() {
 }
 until_rl() { until_is RL $RL "$@"; }
 until_sp() { until_is SP $SP "$@"; }
+# on_lower CG MIB ARGS...: starts tierload in CG with its pages on node 1.
+on_lower() {
+    local cg=$1 mib=$2; shift 2
+    mkcg $cg
+    echo 1 > $CG/$cg/cpuset.mems
+    start_in $cg tierload "$@" > /dev/null
+    wait_usage $cg $mib 60 || return 1
+    echo 0-1 > $CG/$cg/cpuset.mems
+}
+echo +cpuset > $CG/cgroup.subtree_control
+mkcg tenants.slice
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
 # a fits the fast tier: at its target from the start.
 mkcg tenants.slice/a
 start_in tenants.slice/a tierload hotset --size-mib 96 --hot-mib 24 --report-s 60 > /dev/null
 wait_usage tenants.slice/a 90 60 || exit 1
-printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\npromote_scan_period = "2s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\npromote_scan_period = "2s"\n[[policy]]\nname = "capped"\nmatch = "tenants.slice/c"\nlocal_high = "16MiB"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
-until_rl 4 60 LIMITED || exit 1
+# Steady with nothing on the lower tier: closed.
+until_rl 0 60 CLOSED || exit 1
 until_sp 60000 10 STEADY || exit 1
 emit_status
-tierctl metrics | grep '^tierd_kernel_promotion_limited' | sed 's/^/METRIC /'
+tierctl metrics | grep '^tierd_kernel_promotion_' | sed 's/^/METRIC /'
 # b's pages all on the lower tier: under its target.
-mkcg tenants.slice/b
-echo +cpuset > $CG/cgroup.subtree_control
-echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
-echo 1 > $CG/tenants.slice/b/cpuset.mems
-start_in tenants.slice/b tierload hotset --size-mib 64 --hot-mib 64 --report-s 60 > /dev/null
-wait_usage tenants.slice/b 60 60 || exit 1
-echo 0-1 > $CG/tenants.slice/b/cpuset.mems
+on_lower tenants.slice/b 60 hotset --size-mib 64 --hot-mib 64 --report-s 60 || exit 1
 emit_node tenants.slice/b
 until_rl 65536 30 OPEN || exit 1
 until_sp 2000 10 PACED || exit 1
 emit_status
-# The kernel promotes b (the limit is lifted), then the state is steady again.
-until_rl 4 240 LIMITED_AGAIN || { emit_status; exit 1; }
+# The kernel promotes b (the limit is lifted), then the state is steady
+# again, with nothing hot below: closed again.
+until_rl 0 240 CLOSED_AGAIN || { emit_status; exit 1; }
 until_sp 60000 10 STEADY_AGAIN || exit 1
 emit_node tenants.slice/b
+# c is capped at 16 MiB of DRAM and all of its 48 MiB is hot: at its
+# target with hot pages below, which pass the kernel's test while
+# promotion is closed: limited.
+on_lower tenants.slice/c 44 hotset --size-mib 48 --hot-mib 48 --report-s 60 || exit 1
+until_rl 4 120 LIMITED || { emit_status; exit 1; }
+emit_status
 kill -TERM $TIERD; wait $TIERD
 echo "RL AFTER_STOP $(cat $RL)"
 echo "SP AFTER_STOP $(cat $SP)"
+kill $(cat $CG/tenants.slice/c/cgroup.procs) 2>/dev/null
+while [ -d $CG/tenants.slice/c ] && ! rmdir $CG/tenants.slice/c 2>/dev/null; do sleep 0.2; done
 tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
-until_rl 4 60 LIMITED_SECOND_RUN || exit 1
+until_rl 0 60 CLOSED_SECOND_RUN || exit 1
 kill -9 $TIERD; wait $TIERD 2>/dev/null
 echo "RL AFTER_KILL9 $(cat $RL)"
 printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_promote_rate = 0\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t0.toml
@@ -1612,7 +1629,7 @@ TIERD=$!
 wait_http 30 || exit 1
 echo "RL JOURNAL $(cat $RL)"
 kill -TERM $TIERD; wait $TIERD
-grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
+grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -8
 "#,
         600,
     );
@@ -1633,16 +1650,19 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
     assert_eq!(sp("PACED"), 2000, "b under its target");
     assert_eq!(sp("STEADY_AGAIN"), 60000);
     assert_eq!(sp("AFTER_STOP"), 60000, "SIGTERM restores it");
-    assert_eq!(rl("LIMITED"), 4);
+    assert_eq!(rl("CLOSED"), 0);
     assert_eq!(rl("OPEN"), 65536);
-    assert_eq!(rl("LIMITED_AGAIN"), 4);
+    assert_eq!(rl("CLOSED_AGAIN"), 0);
+    assert_eq!(rl("LIMITED"), 4);
     assert_eq!(rl("AFTER_STOP"), 65536, "SIGTERM restores it");
-    assert_eq!(rl("AFTER_KILL9"), 4, "kill -9 restores nothing");
+    assert_eq!(rl("CLOSED_SECOND_RUN"), 0);
+    assert_eq!(rl("AFTER_KILL9"), 0, "kill -9 restores nothing");
     assert_eq!(rl("JOURNAL"), 65536, "the next start restores it");
     let st = statuses(&g.output);
     assert!(
-        st.len() == 2
+        st.len() == 3
             && st[0].kernel_promotion_limited
+            && st[0].kernel_promotion_closed
             && !st[0].kernel_scan_paced
             && !st[1].kernel_promotion_limited
             && st[1].kernel_scan_paced,
@@ -1659,13 +1679,12 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -5
         "b on DRAM (MiB) before and after: {n:?}\n{}",
         g.output
     );
-    assert!(
-        g.output
-            .lines()
-            .any(|l| l == "METRIC tierd_kernel_promotion_limited 1"),
-        "{}",
-        g.output
-    );
+    for m in [
+        "METRIC tierd_kernel_promotion_limited 1",
+        "METRIC tierd_kernel_promotion_closed 1",
+    ] {
+        assert!(g.output.lines().any(|l| l == m), "{m}\n{}", g.output);
+    }
 }
 
 /// Promotion candidates the kernel refuses for want of room are hot by its

@@ -3,15 +3,19 @@
 //! With `promotion = "kernel"`, once the plan is steady ([`Plan::steady`]: no
 //! container under its target for `limits.steady_after`), a NUMA-balancing
 //! promotion only swaps a warm lower-tier page in for one kswapd demotes: the
-//! split does not change, pages move. tierd then writes
-//! `limits.steady_promote_rate` to the kernel's promotion rate limit
-//! (`kernel.numa_balancing_promote_rate_limit_MBps`): the pages that fault
-//! first after a scan, the hottest, still come up, the rest wait. The first
-//! cycle that is not steady (a container under its target, one arriving or
+//! split does not change, pages move. tierd then holds the kernel's
+//! promotion rate limit (`kernel.numa_balancing_promote_rate_limit_MBps`)
+//! where the plan says ([`policy::PromoteGate`]): at 0 (closed) while
+//! nothing on the lower tier passes the kernel's hot-page test
+//! (`pgpromote_candidate`, read here each cycle), at
+//! `limits.steady_promote_rate` for a while once something does (the pages
+//! that fault first after a scan, the hottest, come up, the rest wait). The
+//! first cycle that is not steady (a container under its target, one arriving or
 //! leaving) writes the original value back, so a newcomer or a container
 //! kswapd pushed under its target is promoted at the kernel's full rate.
 //! The original is journalled before the first write and restored at exit.
-//! docs/NOTES.md "Kernel promotion in a steady state" has the measurements.
+//! docs/NOTES.md "Kernel promotion in a steady state" and "Who moves what
+//! in a steady state" have the measurements.
 //!
 //! The other half: for `limits.promote_scan_window` (30 s) after a
 //! container arrives, while it is under its target
@@ -37,6 +41,10 @@ pub(super) struct PromotionGate {
     rate: Hold,
     /// The longest scan period, ms, held while the plan paces the scan.
     scan: Hold,
+    /// `pgpromote_candidate` (/proc/vmstat, pages) at the last cycle.
+    candidates: Option<u64>,
+    /// /proc/vmstat has no `pgpromote_candidate` (logged once).
+    no_candidates: bool,
 }
 
 /// One knob's state: the value tierd holds it at, or None while it has
@@ -112,9 +120,46 @@ impl PromotionGate {
         self.knobs = KernelKnobs::with_journal(journal);
     }
 
-    /// Whether the kernel's promotion is held at `limits.steady_promote_rate`.
+    /// Whether the kernel's promotion is held by tierd: at
+    /// `limits.steady_promote_rate`, or closed (0).
     pub(super) fn limited(&self) -> bool {
         self.rate.value.is_some()
+    }
+
+    /// Whether the kernel's promotion is closed (its rate limit held at 0).
+    pub(super) fn closed(&self) -> bool {
+        self.rate.value == Some(0)
+    }
+
+    /// Bytes of the lower-tier pages whose hint fault passed the kernel's
+    /// hot-page test since the last call ([`policy::Snapshot::hot_below_bytes`]):
+    /// the growth of `pgpromote_candidate` in `<procfs>/vmstat`, times the
+    /// base page size. None on the first call, and where the counter is
+    /// missing (kernels before 5.18; logged once) or unreadable.
+    pub(super) fn hot_below_bytes(&mut self, procfs_root: &Path) -> Option<u64> {
+        if self.no_candidates {
+            return None;
+        }
+        let path = procfs_root.join("vmstat");
+        let now = match fs::read_to_string(&path) {
+            Ok(text) => text.lines().find_map(|l| {
+                l.strip_prefix("pgpromote_candidate ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            }),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot read vmstat");
+                None
+            }
+        };
+        if now.is_none() && path.exists() {
+            self.no_candidates = true;
+            tracing::info!(
+                path = %path.display(),
+                "no pgpromote_candidate counter (a kernel before 5.18?): kernel promotion is limited, never closed, in a steady state"
+            );
+        }
+        let prev = std::mem::replace(&mut self.candidates, now);
+        Some(now?.saturating_sub(prev?) * crate::mover::base_page_size())
     }
 
     /// Whether NUMA balancing's scan period is held at
@@ -136,7 +181,12 @@ impl PromotionGate {
     ) {
         let kernel = promotion == PromotionMode::Kernel;
         let rate = cfg.limits.steady_promote_rate.0;
-        let want = (kernel && rate > 0 && plan.steady).then_some(rate >> 20);
+        let want = match plan.promote_gate {
+            _ if !kernel || rate == 0 => None,
+            PromoteGate::Open => None,
+            PromoteGate::Limited => Some(rate >> 20),
+            PromoteGate::Closed => Some(0),
+        };
         let path = cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT);
         match hold(
             &mut self.knobs,
@@ -145,6 +195,10 @@ impl PromotionGate {
             want,
             "cannot read the kernel's promotion rate limit (a kernel before 6.0?); limits.steady_promote_rate has no effect",
         ) {
+            Held::Set(0) => tracing::info!(
+                steady_after_s = cfg.limits.steady_after.as_secs_f64(),
+                "steady: every container at or over its target and nothing hot on the lower tier; kernel promotion closed"
+            ),
             Held::Set(mib) => tracing::info!(
                 mib_per_s = mib,
                 steady_after_s = cfg.limits.steady_after.as_secs_f64(),
@@ -221,10 +275,15 @@ mod tests {
         fs::read_to_string(p).unwrap().trim().to_owned()
     }
 
-    /// A steady plan, or one that paces the scan.
+    /// A steady plan (promotion limited), or one that paces the scan.
     fn plan(steady: bool) -> Plan {
         Plan {
             steady,
+            promote_gate: if steady {
+                PromoteGate::Limited
+            } else {
+                PromoteGate::Open
+            },
             scan_paced: !steady,
             ..Plan::default()
         }
@@ -249,8 +308,51 @@ mod tests {
         assert!(g.limited() && !g.scan_paced());
         g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "2000"));
+        // Closed, limited, closed: 0, the steady rate, 0.
+        let closed = Plan {
+            promote_gate: PromoteGate::Closed,
+            ..plan(true)
+        };
+        g.apply(&cfg, cfg.daemon.promotion, &closed, &names);
+        assert_eq!(rate(), "0");
+        assert!(g.limited() && g.closed());
+        g.apply(&cfg, cfg.daemon.promotion, &plan(true), &names);
+        assert_eq!(rate(), "4");
+        assert!(g.limited() && !g.closed());
+        g.apply(&cfg, cfg.daemon.promotion, &closed, &names);
+        assert_eq!(rate(), "0");
         g.restore();
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "60000"));
+        // steady_promote_rate = 0: tierd never touches the limit.
+        let mut cfg0 = cfg.clone();
+        cfg0.limits.steady_promote_rate = crate::config::Bytes(0);
+        let mut g = PromotionGate::default();
+        g.apply(&cfg0, cfg0.daemon.promotion, &closed, &names);
+        assert_eq!(rate(), "65536");
+        assert!(!g.limited());
+    }
+
+    /// `pgpromote_candidate` growth, in bytes, from the second read on;
+    /// None without the counter (a kernel before 5.18).
+    #[test]
+    fn hot_pages_below_are_read_from_vmstat() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = setup(dir.path());
+        let vmstat = cfg.daemon.procfs_root.join("vmstat");
+        let page = crate::mover::base_page_size();
+        let mut g = PromotionGate::default();
+        fs::write(&vmstat, "pgpromote_success 7\npgpromote_candidate 100\n").unwrap();
+        assert_eq!(g.hot_below_bytes(&cfg.daemon.procfs_root), None);
+        fs::write(&vmstat, "pgpromote_success 9\npgpromote_candidate 164\n").unwrap();
+        assert_eq!(g.hot_below_bytes(&cfg.daemon.procfs_root), Some(64 * page));
+        fs::write(&vmstat, "pgpromote_success 9\n").unwrap();
+        assert_eq!(g.hot_below_bytes(&cfg.daemon.procfs_root), None);
+        fs::write(&vmstat, "pgpromote_success 9\npgpromote_candidate 200\n").unwrap();
+        assert_eq!(
+            g.hot_below_bytes(&cfg.daemon.procfs_root),
+            None,
+            "a kernel without the counter is not asked again"
+        );
     }
 
     /// An operator's own shorter period stays; `promote_scan_period = 0`

@@ -33,6 +33,8 @@ impl Controller {
         mt.tiered.set(i64::from(self.actuating()));
         mt.kernel_promotion_limited
             .set(i64::from(self.gate.limited()));
+        mt.kernel_promotion_closed
+            .set(i64::from(self.gate.closed()));
         mt.kernel_scan_paced.set(i64::from(self.gate.scan_paced()));
         let lower = self.topo.lower_nodes();
         let mut status = Status {
@@ -51,6 +53,7 @@ impl Controller {
                 .map_or(0.0, |d| d.as_secs_f64()),
             quiet_checks: self.quiet_checks,
             kernel_promotion_limited: self.gate.limited(),
+            kernel_promotion_closed: self.gate.closed(),
             kernel_scan_paced: self.gate.scan_paced(),
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
                 (Some(_), _) => "damon".into(),
