@@ -353,6 +353,32 @@ mod tests {
             None,
             "a kernel without the counter is not asked again"
         );
+        // The real files: 7.3 also has pgpromote_candidate_nrl (promotions
+        // past the rate limit into free room), which must not be read.
+        for kernel in ["linux-6.12", "linux-7.3"] {
+            let real = fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../tests/fixtures")
+                    .join(kernel)
+                    .join("proc/vmstat"),
+            )
+            .unwrap();
+            let mut g = PromotionGate::default();
+            fs::write(&vmstat, &real).unwrap();
+            assert_eq!(g.hot_below_bytes(&cfg.daemon.procfs_root), None);
+            let grown = real
+                .replace("pgpromote_candidate 0\n", "pgpromote_candidate 10\n")
+                .replace(
+                    "pgpromote_candidate_nrl 0\n",
+                    "pgpromote_candidate_nrl 999\n",
+                );
+            fs::write(&vmstat, grown).unwrap();
+            assert_eq!(
+                g.hot_below_bytes(&cfg.daemon.procfs_root),
+                Some(10 * page),
+                "{kernel}"
+            );
+        }
     }
 
     /// An operator's own shorter period stays; `promote_scan_period = 0`
