@@ -65,9 +65,18 @@ pub enum Error {
         attempts: u32,
         console_tail: String,
     },
-    /// A kernel panic, BUG or Oops appeared on the console.
-    #[error("kernel failure in the guest:\n{excerpt}")]
-    Kernel { excerpt: String },
+    /// A kernel panic, BUG or Oops appeared on the console. `before_init`:
+    /// it came before the init's first line, in each of `attempts` boots
+    /// (a failure after init ends the run at once, `attempts` = the boot it
+    /// happened in).
+    #[error(
+        "kernel failure in the guest (boot {attempts}, before init: {before_init}):\n{excerpt}"
+    )]
+    Kernel {
+        excerpt: String,
+        before_init: bool,
+        attempts: u32,
+    },
     /// The guest did not finish in time; QEMU was killed.
     #[error("guest timed out after {after:?} (booted: {booted})\nconsole tail:\n{console_tail}\noutput tail:\n{output_tail}")]
     Timeout {

@@ -93,10 +93,13 @@ pub struct VmConfig {
     /// Wall-clock limit from starting QEMU to the init's first line (default
     /// 2 min, about 25× a TCG boot here); past it the boot counts as hung.
     pub boot_timeout: Duration,
-    /// Boots tried before a hung boot is [`Error::BootHung`] (default 3).
-    /// Seen once in CI: Linux 7.3 under TCG stopped for good right after
-    /// "clocksource: Switched to clocksource tsc-early", before init ran.
-    /// Nothing of the script has run then, so booting again repeats nothing.
+    /// Boots tried before a boot that hung, or whose kernel failed, before
+    /// init is [`Error::BootHung`] or [`Error::Kernel`] (default 3). Seen in
+    /// CI, Linux 7.3 under TCG: a boot stopped for good right after
+    /// "clocksource: Switched to clocksource tsc-early", and one oopsed at
+    /// 1.3 s on an `int3` in `enqueue_task_fair` (a static-key site being
+    /// patched while the other vCPU ran it). Nothing of the script has run
+    /// then, so booting again repeats nothing.
     pub boot_attempts: u32,
     /// Host executables, copied to `/usr/local/bin/<file name>` with the shared
     /// libraries and loader `ldd` names for them.
@@ -277,9 +280,10 @@ static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// `/dev/null`, cgroup2 mounted at `/sys/fs/cgroup` with memory, cpuset, cpu,
 /// io enabled in the root), powers off and returns its exit code and output.
 ///
-/// A boot that does not reach init within [`VmConfig::boot_timeout`] is
-/// killed and tried again, up to [`VmConfig::boot_attempts`] boots, with a
-/// line on stderr naming the console's last line.
+/// A boot that does not reach init within [`VmConfig::boot_timeout`], or
+/// whose kernel fails (panic/BUG/Oops) before init, is tried again, up to
+/// [`VmConfig::boot_attempts`] boots, with a line on stderr naming the
+/// console's last line or the failure.
 ///
 /// Errors: [`Error::NotSetUp`] (run `cargo xtask setup`), [`Error::Boot`],
 /// [`Error::BootHung`] (every boot hung), [`Error::Kernel`] (panic/BUG/Oops
@@ -304,12 +308,26 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
                 );
                 attempt += 1;
             }
+            Err(Error::Kernel {
+                excerpt,
+                before_init: true,
+                ..
+            }) if attempt < attempts => {
+                let first = excerpt.lines().next().unwrap_or("").trim();
+                eprintln!(
+                    "testbed: the guest kernel failed before init ({first:?}); booting again \
+                     ({} of {attempts})",
+                    attempt + 1
+                );
+                attempt += 1;
+            }
             r => return r,
         }
     }
 }
 
-/// One boot of [`run`]; `attempt` (1-based) only labels [`Error::BootHung`].
+/// One boot of [`run`]; `attempt` (1-based) only labels [`Error::BootHung`]
+/// and [`Error::Kernel`].
 fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
     let assets = Assets::find_for(cfg.kernel)?;
     let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
@@ -446,7 +464,11 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
     let raw_out = String::from_utf8_lossy(&raw_out).replace('\r', "");
 
     if let Some(excerpt) = kernel_failure(&console) {
-        return Err(Error::Kernel { excerpt });
+        return Err(Error::Kernel {
+            excerpt,
+            before_init: boot_duration.is_none(),
+            attempts: attempt,
+        });
     }
     if boot_hung && boot_duration.is_none() {
         return Err(Error::BootHung {

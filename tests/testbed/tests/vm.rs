@@ -155,10 +155,37 @@ fn missing_tiers_is_an_error() {
     }
 }
 
+/// Checks that `r` is a kernel panic and returns (before init, boots).
+fn kernel_panic(r: Result<testbed::VmOutput, Error>) -> (bool, u32) {
+    match r {
+        Err(Error::Kernel {
+            excerpt,
+            before_init,
+            attempts,
+        }) => {
+            assert!(excerpt.contains("Kernel panic"), "{excerpt}");
+            (before_init, attempts)
+        }
+        r => panic!("expected a kernel panic, got {r:?}"),
+    }
+}
+
 #[test]
 fn kernel_panic_is_an_error() {
-    match run(&cfg(120), "echo c > /proc/sysrq-trigger; sleep 5; exit 0") {
-        Err(Error::Kernel { excerpt }) => assert!(excerpt.contains("Kernel panic"), "{excerpt}"),
-        r => panic!("expected a kernel failure, got {r:?}"),
-    }
+    let r = run(&cfg(120), "echo c > /proc/sysrq-trigger; sleep 5; exit 0");
+    // After init the run ends at once: the script may have changed
+    // something, so it is not booted again.
+    assert_eq!(kernel_panic(r), (false, 1));
+}
+
+#[test]
+fn a_kernel_failure_before_init_is_booted_again_then_an_error() {
+    // No such init in the initramfs: the kernel panics ("No working init
+    // found" or "VFS: Unable to mount root fs") before ours runs, every boot.
+    let cfg = VmConfig {
+        boot_attempts: 2,
+        kernel_args: vec!["rdinit=/testbed-no-such-init".into()],
+        ..cfg(120)
+    };
+    assert_eq!(kernel_panic(run(&cfg, "echo should not run")), (true, 2));
 }
