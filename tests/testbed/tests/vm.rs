@@ -173,9 +173,10 @@ fn kernel_panic(r: Result<testbed::VmOutput, Error>) -> (bool, u32) {
 #[test]
 fn kernel_panic_is_an_error() {
     let r = run(&cfg(120), "echo c > /proc/sysrq-trigger; sleep 5; exit 0");
-    // After init the run ends at once: the script may have changed
-    // something, so it is not booted again.
-    assert_eq!(kernel_panic(r), (false, 1));
+    // After init: the script may have changed something, so the run ends
+    // with the error rather than booting again. (The boot count is not
+    // checked: a first boot that hung would make this boot 2.)
+    assert!(!kernel_panic(r).0);
 }
 
 #[test]
