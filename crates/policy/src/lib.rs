@@ -11,6 +11,7 @@ mod model;
 mod solve;
 mod steady;
 mod thrash;
+pub mod unmanaged;
 
 pub use assist::SWAP_MIN_AGE_MS;
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};

@@ -1632,3 +1632,47 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// What the unmanaged demotion takes is the containers' gain
+    /// (`unmanaged.rs`): after `credit`, the pool grows by it, the room
+    /// needed shrinks by it, and the containers' demotion never grows.
+    #[test]
+    fn unmanaged_credit_moves_room_to_the_containers(
+        fasts in proptest::collection::vec(0u64..600, 1..4),
+        slows in proptest::collection::vec(0u64..600, 4),
+        unmanaged in 0u64..200,
+        taken_pct in 0u64..=100,
+    ) {
+        const MIB: u64 = 1 << 20;
+        let cap = 1000 * MIB;
+        let cs: Vec<ContainerSnapshot> = fasts
+            .iter()
+            .zip(&slows)
+            .enumerate()
+            .map(|(i, (&f, &s))| c(i as u64 + 1, f * MIB, s * MIB))
+            .collect();
+        let managed: u64 = cs.iter().map(|c| c.fast_bytes).sum();
+        let unmanaged = (unmanaged * MIB).min(cap.saturating_sub(managed));
+        let snap = Snapshot {
+            fast_capacity_bytes: cap,
+            fast_unmanaged_bytes: unmanaged,
+            elapsed_ms: 2000,
+            containers: cs,
+            hot_below_bytes: None,
+        };
+        let p = PolicyParams { headroom_bytes: 20 * MIB, ..params() };
+        let before = solve(&snap, &p, &mut PolicyState::default());
+        let st = unmanaged::UnmanagedState::default();
+        let asked = unmanaged::ask(&st, 0, before.need_bytes, unmanaged);
+        prop_assert!(asked <= before.need_bytes && asked <= unmanaged);
+        let taken = asked * taken_pct / 100;
+        let mut credited = snap.clone();
+        unmanaged::credit(&mut credited, taken);
+        let after = solve(&credited, &p, &mut PolicyState::default());
+        prop_assert_eq!(after.pool_bytes, before.pool_bytes + taken);
+        prop_assert_eq!(after.need_bytes, before.need_bytes - taken);
+        let demoted = |plan: &Plan| plan.containers.iter().map(|c| c.demote_bytes).sum::<u64>();
+        prop_assert!(demoted(&after) <= demoted(&before));
+    }
+}

@@ -317,6 +317,14 @@ pub struct DaemonConfig {
     /// next NUMA-balancing pass ([`crate::controller`], `recall.rs`). Needs
     /// the probe.
     pub recall: bool,
+    /// Demote cold memory that no managed container holds (the root
+    /// cgroup's page cache, cgroups no policy matches; never tierd's own
+    /// cgroup) from the fast tier when it needs room, before any container:
+    /// MGLRU generations untouched for
+    /// [`policy::unmanaged::UNMANAGED_MIN_AGE_MS`] only (policy
+    /// `unmanaged.rs`). Needs `demotion` through lru_gen; ignored (said at
+    /// start) without it.
+    pub demote_unmanaged: bool,
     /// Promotion assist (`promotion = "kernel"`): a container under its
     /// target − band with nothing promoted for it (by the kernel or recall)
     /// for this long is watched by DAMON, and tierd promotes its hot
@@ -366,6 +374,7 @@ impl Default for DaemonConfig {
             cold_demotion: false,
             cold_min_age: Duration::from_secs(5),
             recall: true,
+            demote_unmanaged: true,
             assist_after: Duration::from_secs(10),
             mover_batch: 1024,
             demotion: DemotionMechanism::Auto,

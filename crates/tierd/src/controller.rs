@@ -28,6 +28,7 @@ mod publish;
 mod recall;
 mod revive;
 mod sample;
+mod unmanaged;
 
 use crate::actuators::{
     protection_limit, CpusetMems, Enabled, Knob, Protection, SubtreeCpuset, Writes,
@@ -168,6 +169,11 @@ pub struct Controller {
     /// `memory.pressure` some avg10 of each offloading container at its
     /// last offload step (`offload.rs`), for the metrics and /status.
     offload_pressure: HashMap<u64, f64>,
+    /// The demotion of unmanaged memory (`unmanaged.rs`).
+    unmanaged: policy::unmanaged::UnmanagedState,
+    /// tierd's own cgroup (from /proc/self/cgroup, relative to the cgroup2
+    /// root without a leading `/`), never demoted as unmanaged memory.
+    own_cgroup: Option<String>,
 }
 
 /// DAMON monitoring and the movers, when enabled and available.
@@ -388,6 +394,8 @@ impl Controller {
             cxl: Vec::new(),
             file_first_unsupported: false,
             offload_pressure: HashMap::new(),
+            unmanaged: Default::default(),
+            own_cgroup: None,
             restored: false,
             panic_at_cycle: std::env::var(PANIC_AT_CYCLE_ENV)
                 .ok()
@@ -402,6 +410,7 @@ impl Controller {
         }
         c.read_cxl();
         c.setup_hotness();
+        c.setup_unmanaged();
         Ok(c)
     }
 
@@ -533,7 +542,7 @@ impl Controller {
         let fast_capacity = self.topo.fast_capacity_bytes();
         let fast_free = self.topo.fast_free_bytes();
         let managed_fast: u64 = snaps.iter().map(|s| s.fast_bytes).sum();
-        let snapshot = Snapshot {
+        let mut snapshot = Snapshot {
             fast_capacity_bytes: fast_capacity,
             fast_unmanaged_bytes: fast_capacity
                 .saturating_sub(fast_free)
@@ -547,6 +556,21 @@ impl Controller {
         if self.hot.damon.is_none() {
             // The assist promotes over DAMON's regions: nothing to assist with.
             params.assist_after_ms = 0;
+        }
+        self.lap(&mut phase, "solve");
+        if self.actuating() {
+            // Cold memory outside the containers makes room first
+            // (`unmanaged.rs`); what it made joins the containers' pool.
+            let mut agings = actuate::Agings::default();
+            self.demote_unmanaged(
+                &managed,
+                &mut snapshot,
+                &params,
+                &mut warm_gens,
+                &mut agings,
+            );
+            self.metrics.lru_gen_agings.inc_by(agings.count);
+            self.lap_split(&mut phase, "reclaim", "age", agings.time);
         }
         let plan = policy::solve(&snapshot, &params, &mut self.policy_state);
         self.lap(&mut phase, "solve");

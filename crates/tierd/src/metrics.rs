@@ -352,6 +352,7 @@ pub struct Metrics {
     pub loop_duration_seconds: Histogram,
     pub quiet_checks: Counter,
     pub lru_gen_agings: Counter,
+    pub unmanaged_demoted_bytes: Counter,
     pub recall_queried_pages: Counter,
     /// Wall time spent per cycle phase, summed over cycles (seconds).
     pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
@@ -432,6 +433,7 @@ impl Metrics {
             loop_duration_seconds: reg!("tierd_loop_duration_seconds", "Duration of one control-loop cycle (sample, solve, actuate)", Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
             quiet_checks: reg!("tierd_quiet_checks", "Intervals in a quiet steady state that ran only the check (containers, their memory.current, the fast tier's free memory) instead of the full cycle", Counter::default()),
             recall_queried_pages: reg!("tierd_recall_queried_pages", "Known pages whose node recall's checks queried with move_pages(2) (daemon.recall; the rest of a check takes the node last seen)", Counter::default()),
+            unmanaged_demoted_bytes: reg!("tierd_unmanaged_demoted_bytes", "Bytes of cold fast-tier memory that no managed container holds (the root cgroup's own pages, cgroups no policy matches) that tierd demoted to make room the fast tier needed (daemon.demote_unmanaged): what MGLRU's eviction command was asked and found in generations untouched for 30 s", Counter::default()),
             lru_gen_agings: reg!("tierd_lru_gen_agings", "MGLRU agings (forced page-table walks of a memcg on one node, lru_gen's `+` command) run to make pages evictable before a demotion; their time is the `age` cycle phase", Counter::default()),
             cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: discover, damon, read, hint_faults, solve, protect, move, age, reclaim, recall, kswapd, publish", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
