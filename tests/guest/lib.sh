@@ -50,6 +50,18 @@ wait_fast() {
     done
 }
 
+# on_lower CG MIB ARGS...: starts tierload ARGS in CG with its pages on node
+# 1 (cpuset.mems = 1 until its usage reaches MIB, at most 90 s; the caller
+# enables the cpuset controller on the way down), then lets it use both nodes.
+on_lower() {
+    local cg=$1 mib=$2; shift 2
+    mkcg $cg
+    echo 1 > $CG/$cg/cpuset.mems
+    start_in $cg tierload "$@" > /dev/null
+    wait_usage $cg $mib 90 || return 1
+    echo 0-1 > $CG/$cg/cpuset.mems
+}
+
 # start_tierd_tenants: runs tierd with a 1 s interval and one policy for
 # tenants.slice/* (log in /tmp/tierd.log), sets TIERD to its pid and waits
 # for /status.

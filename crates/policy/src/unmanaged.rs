@@ -12,7 +12,7 @@
 //!
 //! The rule: when the fast tier needs room this cycle ([`Plan::need_bytes`]
 //! of the cycle's solve), the room comes first from unmanaged pages old
-//! enough to be cold (untouched for [`UNMANAGED_MIN_AGE_MS`]; the daemon
+//! enough to be cold (untouched for [`UNMANAGED_MIN_AGE_MS`] by default; the daemon
 //! evicts only generations that old), then from the over-target containers.
 //! What was evicted leaves [`Snapshot::fast_unmanaged_bytes`]
 //! ([`credit`]), so the pool grows by it and the containers' demotion
@@ -31,7 +31,8 @@
 
 use crate::model::Snapshot;
 
-/// Minimum age of an unmanaged page that tierd demotes, in ms: its MGLRU
+/// Default minimum age of an unmanaged page that tierd demotes, in ms
+/// (`daemon.unmanaged_min_age`): its MGLRU
 /// generation was made at least this long ago and it was not touched at the
 /// aging that followed (the idea of MGLRU's `min_ttl_ms`,
 /// Documentation/admin-guide/mm/multigen_lru.rst). Pages of the host's own

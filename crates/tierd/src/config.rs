@@ -320,11 +320,14 @@ pub struct DaemonConfig {
     /// Demote cold memory that no managed container holds (the root
     /// cgroup's page cache, cgroups no policy matches; never tierd's own
     /// cgroup) from the fast tier when it needs room, before any container:
-    /// MGLRU generations untouched for
-    /// [`policy::unmanaged::UNMANAGED_MIN_AGE_MS`] only (policy
+    /// MGLRU generations untouched for `unmanaged_min_age` only (policy
     /// `unmanaged.rs`). Needs `demotion` through lru_gen; ignored (said at
     /// start) without it.
     pub demote_unmanaged: bool,
+    /// How long an unmanaged page must have gone untouched before
+    /// `demote_unmanaged` takes it (MGLRU generations at least this old).
+    #[serde(deserialize_with = "de_duration")]
+    pub unmanaged_min_age: Duration,
     /// Promotion assist (`promotion = "kernel"`): a container under its
     /// target − band with nothing promoted for it (by the kernel or recall)
     /// for this long is watched by DAMON, and tierd promotes its hot
@@ -375,6 +378,7 @@ impl Default for DaemonConfig {
             cold_min_age: Duration::from_secs(5),
             recall: true,
             demote_unmanaged: true,
+            unmanaged_min_age: Duration::from_millis(policy::unmanaged::UNMANAGED_MIN_AGE_MS),
             assist_after: Duration::from_secs(10),
             mover_batch: 1024,
             demotion: DemotionMechanism::Auto,

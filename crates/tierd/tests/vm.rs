@@ -1570,15 +1570,6 @@ until_is() {
 }
 until_rl() { until_is RL $RL "$@"; }
 until_sp() { until_is SP $SP "$@"; }
-# on_lower CG MIB ARGS...: starts tierload in CG with its pages on node 1.
-on_lower() {
-    local cg=$1 mib=$2; shift 2
-    mkcg $cg
-    echo 1 > $CG/$cg/cpuset.mems
-    start_in $cg tierload "$@" > /dev/null
-    wait_usage $cg $mib 60 || return 1
-    echo 0-1 > $CG/$cg/cpuset.mems
-}
 echo +cpuset > $CG/cgroup.subtree_control
 mkcg tenants.slice
 echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
@@ -2862,5 +2853,103 @@ grep 'weighted interleave' /tmp/tierd.log | sed 's/^/LOG /'
         field(&g.output, "NOT-INTERLEAVE").contains("not placement = \"interleave\""),
         "{}",
         g.output
+    );
+}
+
+/// Cold memory outside the containers makes room first
+/// (`daemon.demote_unmanaged`): 64 MiB of tmpfs page cache in a cgroup no
+/// policy matches, written once at the start, stays on DRAM while tierd
+/// makes room for a guarantee with the switch off (it demotes the
+/// over-target tenant), and leaves DRAM first when a second guarantee
+/// needs room with it on. Same boot, same setup; tierd restarted between
+/// the two phases. Polled to deadlines.
+#[test]
+fn cold_memory_outside_the_containers_makes_room_first() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+echo +cpuset > $CG/cgroup.subtree_control
+mkcg tenants.slice
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+mkcg other.slice/cold
+mkdir -p /tmp/cold && mount -t tmpfs tmpfs /tmp/cold
+sh -c 'echo 0 > "$0/cgroup.procs" && exec dd if=/dev/zero of=/tmp/cold/a bs=1M count=64 2>/dev/null' "$CG/other.slice/cold"
+emit_node other.slice/cold
+mkcg tenants.slice/fill
+start_in tenants.slice/fill tierload hotset --size-mib 700 --hot-mib 16 --report-s 60 > /dev/null
+wait_usage tenants.slice/fill 690 90 || exit 1
+on_lower tenants.slice/g1 250 hotset --size-mib 256 --hot-mib 32 --report-s 60 || exit 1
+emit_node tenants.slice/fill
+conf() {
+    printf '[daemon]\ninterval = "1s"\ndemote_unmanaged = %s\nunmanaged_min_age = "2s"\n[[policy]]\nname = "owed"\nmatch = "tenants.slice/g*"\nlocal_low = "100%%"\n[[policy]]\nmatch = "tenants.slice/*"\n' $1 > /tmp/t.toml
+}
+# until_lost CG FROM MIB DEADLINE_S: polls until CG's node-0 MiB is at
+# most FROM - MIB.
+until_lost() {
+    local i=0
+    until [ "$(node_mib $1 0)" -le $(( $2 - $3 )) ]; do
+        i=$((i + 1)); [ $i -gt $4 ] && return 0
+        sleep 1
+    done
+}
+# Off: tierd makes room for g1's guarantee from the over-target tenant.
+conf false
+FILL0=$(node_mib tenants.slice/fill 0)
+tierd --config /tmp/t.toml run > /tmp/tierd-off.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+until_lost tenants.slice/fill $FILL0 48 90
+echo "OFF_METRIC $(tierctl metrics | awk '$1 == "tierd_unmanaged_demoted_bytes_total" { print $2 }')"
+emit_node tenants.slice/fill
+emit_node other.slice/cold
+kill -TERM $T; wait $T
+echo "PHASE on"
+# On: a second guarantee; the cold page cache goes first.
+conf true
+tierd --config /tmp/t.toml run > /tmp/tierd-on.log 2>&1 &
+T=$!
+wait_http 30 || exit 1
+on_lower tenants.slice/g2 120 hotset --size-mib 128 --hot-mib 32 --report-s 60 || exit 1
+until_lost other.slice/cold 64 48 90
+echo "ON_METRIC $(tierctl metrics | awk '$1 == "tierd_unmanaged_demoted_bytes_total" { print $2 }')"
+emit_node other.slice/cold
+emit_status
+kill -TERM $T; wait $T
+grep -m1 -i 'unmanaged' /tmp/tierd-on.log | sed 's/^/ON_LOG /'
+echo DONE
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert!(g.output.contains("DONE"), "{}", g.output);
+    let out = &g.output;
+    let cold = nodes(out, "other.slice/cold");
+    let fill = nodes(out, "tenants.slice/fill");
+    assert_eq!(cold.len(), 3, "{out}");
+    assert_eq!(fill.len(), 2, "{out}");
+    assert!(
+        cold[0].0 >= 60,
+        "the cold page cache should start on DRAM: {cold:?}"
+    );
+    // Off: tierd made room (the tenant lost ≥ 48 MiB of DRAM), not from
+    // the cold page cache, and counted nothing.
+    assert!(
+        fill[1].0 + 48 <= fill[0].0,
+        "tierd with demote_unmanaged = false should have demoted the over-target tenant: {fill:?}\n{out}"
+    );
+    assert!(
+        cold[1].0 + 16 >= cold[0].0,
+        "demote_unmanaged = false, yet the cold page cache left DRAM: {cold:?}\n{out}"
+    );
+    assert_eq!(field(out, "OFF_METRIC"), "0", "{out}");
+    // On: the cold page cache left DRAM, by tierd's doing.
+    assert!(
+        cold[2].0 <= 16,
+        "demote_unmanaged = true should have demoted the cold page cache: {cold:?}\n{out}"
+    );
+    let counted: u64 = field(out, "ON_METRIC").parse().unwrap_or(0);
+    assert!(
+        counted >= 40 * MIB,
+        "tierd_unmanaged_demoted_bytes {counted} should count the cold page cache\n{out}"
     );
 }

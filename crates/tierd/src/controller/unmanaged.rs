@@ -2,7 +2,8 @@
 //! cycle's solve (policy `unmanaged.rs`; docs/DESIGN.md "Unmanaged
 //! memory"): the root cgroup's own pages and cgroups that no policy
 //! matches, never tierd's own cgroup, fast nodes only, MGLRU generations
-//! untouched for [`policy::unmanaged::UNMANAGED_MIN_AGE_MS`] only.
+//! untouched for `daemon.unmanaged_min_age` only (default
+//! [`policy::unmanaged::UNMANAGED_MIN_AGE_MS`]).
 
 use super::*;
 use crate::controller::actuate::Agings;
@@ -74,7 +75,7 @@ impl Controller {
             members,
         };
         let fast = self.topo.fast_nodes();
-        let min_age = policy::unmanaged::UNMANAGED_MIN_AGE_MS;
+        let min_age = self.cfg.daemon.unmanaged_min_age.as_millis() as u64;
         let taken = match self.evict_cold(&outside, ask, min_age, &fast, gens, agings) {
             Some(Ok(t)) => t,
             Some(Err(e)) => {
