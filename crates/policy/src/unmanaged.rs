@@ -1,5 +1,5 @@
 //! Demotion of cold memory that no container holds (docs/DESIGN.md
-//! "Unmanaged memory").
+//! "Policy semantics", memory outside the containers).
 //!
 //! The fast tier also holds memory outside every managed container: the
 //! root cgroup's page cache (binaries, libraries, files read once at boot),

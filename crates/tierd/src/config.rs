@@ -925,6 +925,16 @@ impl Config {
                 ),
             ));
         }
+        if d.demote_unmanaged && d.unmanaged_min_age < Duration::from_secs(1) {
+            return Err(bad(
+                "daemon.unmanaged_min_age",
+                format!(
+                    "{:?} is shorter than 1s: every page of the host's services but the two \
+                     youngest MGLRU generations would count as cold",
+                    d.unmanaged_min_age
+                ),
+            ));
+        }
         let listen: SocketAddr = d.metrics_listen.parse().map_err(|e| {
             bad(
                 "daemon.metrics_listen",
@@ -1645,6 +1655,10 @@ mod tests {
             ("[daemon]\nintervall = \"2s\"\n", "intervall"),
             ("[daemon]\ninterval = \"fast\"\n", "interval"),
             ("[daemon]\ninterval = \"10ms\"\n", "daemon.interval"),
+            (
+                "[daemon]\nunmanaged_min_age = \"0s\"\n",
+                "daemon.unmanaged_min_age",
+            ),
             (
                 "[daemon]\nmetrics_listen = \"nowhere\"\n",
                 "daemon.metrics_listen",

@@ -467,6 +467,8 @@ impl Controller {
         self.sample_heat(&managed);
         self.lap(&mut phase, "damon");
 
+        // Every container found, sampled or not: none is unmanaged memory.
+        let held: Vec<String> = managed.iter().map(|m| m.path.clone()).collect();
         let mut snaps = Vec::with_capacity(managed.len());
         // lru_gen for the offloaders' warm sets: read once, on first use.
         let mut warm_gens = None;
@@ -562,13 +564,7 @@ impl Controller {
             // Cold memory outside the containers makes room first
             // (`unmanaged.rs`); what it made joins the containers' pool.
             let mut agings = actuate::Agings::default();
-            self.demote_unmanaged(
-                &managed,
-                &mut snapshot,
-                &params,
-                &mut warm_gens,
-                &mut agings,
-            );
+            self.demote_unmanaged(&held, &mut snapshot, &params, &mut warm_gens, &mut agings);
             self.metrics.lru_gen_agings.inc_by(agings.count);
             self.lap_split(&mut phase, "reclaim", "age", agings.time);
         }
