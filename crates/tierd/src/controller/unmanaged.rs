@@ -1,8 +1,9 @@
 //! Demotion of cold memory that no managed container holds, before the
 //! cycle's solve (policy `unmanaged.rs`; docs/DESIGN.md "Policy
-//! semantics", memory outside the containers): the root cgroup's own pages and cgroups that no policy
-//! matches, never tierd's own cgroup, fast nodes only, MGLRU generations
-//! untouched for `daemon.unmanaged_min_age` only (default
+//! semantics", memory outside the containers): the root cgroup's own
+//! pages and cgroups that no policy matches, never tierd's own cgroup,
+//! fast nodes only, MGLRU generations untouched for
+//! `daemon.unmanaged_min_age` only (default
 //! [`policy::unmanaged::UNMANAGED_MIN_AGE_MS`]).
 
 use super::*;
