@@ -100,6 +100,20 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } declined SEC(".maps");
 
+/* The memcgs whose declined hint faults are wanted (key: memcg id, value
+ * unused), filled by tierd: the containers that may fall short of their
+ * fast-tier target, the only ones recall serves. A neighbour above its
+ * share takes most of the lower-tier hint faults (~1.2k/s in the emulated
+ * host), and recording them cost tierd 10-25 ms per cycle under emulation
+ * to drain and discard (docs/NOTES.md "Declined hint faults only for the
+ * containers recall serves"). Empty: none are recorded. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} declined_memcgs SEC(".maps");
+
 /* Never written: puts struct hf_promotion into the object's BTF, so the
  * skeleton generates its Rust type (ring buffer records have no map type). */
 struct hf_promotion hf_promotion_layout;
@@ -219,7 +233,8 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 
 		c->candidates++;
 		bpf_map_update_elem(&fault_addr, &id, &addr, BPF_ANY);
-	} else if (src != bpf_get_numa_node_id()) {
+	} else if (src != bpf_get_numa_node_id() &&
+		   bpf_map_lookup_elem(&declined_memcgs, &memcg)) {
 		struct hf_promotion *e = bpf_ringbuf_reserve(&declined, sizeof(*e), 0);
 
 		if (e) {

@@ -62,6 +62,9 @@ pub struct HintFaults {
     prev: ProbeReading,
     /// Why the probe is not running, when it is not.
     pub off_reason: Option<String>,
+    /// The memcgs whose declined hint faults the probe records, as last
+    /// set (`None`: not set since the probe loaded, or the last set failed).
+    declined_for: Option<HashSet<u64>>,
 }
 
 impl HintFaults {
@@ -72,6 +75,26 @@ impl HintFaults {
     pub fn collect_promotions(&self) {
         if let Some(p) = &self.probe {
             p.collect_promotions();
+        }
+    }
+
+    /// Records declined hint faults ([`ContainerFaults::declined`]) of the
+    /// memcgs `ids` only, from now on: the probe filters them in the
+    /// kernel, so the others cost neither the faulting task a ring-buffer
+    /// record nor tierd a drain. Nothing without the probe or when `ids`
+    /// is the set in force. A failed map update is logged and tried again
+    /// at the next call.
+    pub fn want_declined(&mut self, ids: HashSet<u64>) {
+        let Some(probe) = &self.probe else { return };
+        if self.declined_for.as_ref() == Some(&ids) {
+            return;
+        }
+        match probe.set_declined_memcgs(&ids) {
+            Ok(_) => self.declined_for = Some(ids),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot update the hint-fault probe's declined filter");
+                self.declined_for = None;
+            }
         }
     }
 
@@ -91,6 +114,7 @@ impl HintFaults {
             probe: None,
             prev: ProbeReading::default(),
             off_reason: None,
+            declined_for: None,
         };
         if source == HintFaultSource::MemoryStat {
             h.off_reason = Some("hotness.hint_faults = \"memory_stat\"".into());
@@ -153,7 +177,8 @@ impl HintFaults {
                 return out;
             }
         };
-        let owner: HashMap<u64, u64> = containers
+        // Looked up once per ring-buffer record (thousands a cycle).
+        let owner: foldhash::HashMap<u64, u64> = containers
             .iter()
             .flat_map(|&(c, members, _)| members.iter().map(move |m| (*m, c)))
             .collect();

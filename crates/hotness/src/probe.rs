@@ -22,7 +22,7 @@
 //! privilege, a missing function, a verifier or attach failure) and what to
 //! do; the caller falls back to `memory.stat` counters.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::mem::{size_of, MaybeUninit};
 use std::os::fd::AsFd;
@@ -351,9 +351,12 @@ const MAX_PENDING_EVENTS: usize = 1 << 20;
 /// more are dropped uncounted.
 const MAX_PENDING_REFUSALS: usize = 1 << 16;
 
-/// Most declined hint faults kept between two drains (2 MiB), a sample as
-/// the refusals are.
+/// Most declined hint faults kept between two drains (2 MiB): a guard, since
+/// a drain consumes the kernel-side buffer, which holds ~6.5k.
 const MAX_PENDING_DECLINED: usize = 1 << 16;
+
+/// Size of the probe's `declined_memcgs` map.
+const DECLINED_MEMCGS: usize = 1024;
 
 #[derive(Default)]
 struct Pending {
@@ -367,9 +370,13 @@ struct Pending {
 
 /// The loaded and attached probe. Dropping it detaches every program.
 pub struct HintFaultProbe {
-    // Declared before `skel`: the ring buffer maps the `promotions`,
+    // Declared before `skel`: the ring buffers map the `promotions`,
     // `refusals` and `declined` maps and must be dropped first.
     ring: libbpf_rs::RingBuffer<'static>,
+    /// The `declined` map alone: read only by [`Self::drain_declined`], so
+    /// what one drain returns is bounded by the map's size (a sample; the
+    /// rest is lost in the kernel), not by the faults since the last one.
+    declined_ring: libbpf_rs::RingBuffer<'static>,
     pending: std::sync::Arc<std::sync::Mutex<Pending>>,
     skel: skel::HintfaultSkel<'static>,
     attached: Vec<&'static str>,
@@ -476,7 +483,9 @@ impl HintFaultProbe {
             0
         })
         .map_err(|e| libbpf_err("ring buffer", e))?;
+        let ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
         let sink = pending.clone();
+        let mut rb = libbpf_rs::RingBufferBuilder::new();
         rb.add(&skel.maps.declined, move |data: &[u8]| {
             let mut p = sink.lock().unwrap_or_else(|e| e.into_inner());
             if let Ok(e) = decode_promotion(data) {
@@ -487,9 +496,10 @@ impl HintFaultProbe {
             0
         })
         .map_err(|e| libbpf_err("ring buffer", e))?;
-        let ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
+        let declined_ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
         Ok(HintFaultProbe {
             ring,
+            declined_ring,
             pending,
             skel,
             attached,
@@ -580,13 +590,45 @@ impl HintFaultProbe {
     }
 
     /// Takes the hint faults on remote (with memory tiering, lower-tier)
-    /// pages that the kernel declined to make promotion candidates since
-    /// the last call (later than its hot threshold, or over its rate
-    /// limit), a sample; `dst_nid` is `HF_NO_NODE` (`u32::MAX`). Call after
-    /// [`Self::drain_promotions`], which empties the ring buffers.
+    /// pages of the memcgs named by [`Self::set_declined_memcgs`] that the
+    /// kernel declined to make promotion candidates since the last call
+    /// (later than its hot threshold, or over its rate limit), a sample: at
+    /// most what the kernel-side ring buffer holds (~6.5k records), the
+    /// first since the last call; `dst_nid` is `HF_NO_NODE` (`u32::MAX`).
     pub fn drain_declined(&self) -> Vec<PromotionEvent> {
+        let _ = self.declined_ring.consume();
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut p.declined)
+    }
+
+    /// Makes the kernel side record the declined hint faults (see
+    /// [`Self::drain_declined`]) of exactly the memcgs `ids` (cgroup ids, as
+    /// `PromotionEvent::memcg_id`) from now on; none until the first call.
+    /// At most 1024 memcgs: beyond it the rest are left out. Returns how
+    /// many map entries changed.
+    ///
+    /// Errors: [`ProbeError::Load`] (step `declined filter`) when the
+    /// kernel refuses a map update or delete.
+    pub fn set_declined_memcgs(&self, ids: &HashSet<u64>) -> Result<usize, ProbeError> {
+        let map = &self.skel.maps.declined_memcgs;
+        // Keys first: deleting while walking a hash map restarts the walk.
+        let held: Vec<u64> = map
+            .keys()
+            .filter_map(|k| k.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+            .collect();
+        let mut changed = 0;
+        for id in held.iter().filter(|id| !ids.contains(id)) {
+            map.delete(&id.to_ne_bytes())
+                .map_err(|e| libbpf_err("declined filter", e))?;
+            changed += 1;
+        }
+        let room = DECLINED_MEMCGS.saturating_sub(held.len() - changed);
+        for id in ids.iter().filter(|id| !held.contains(id)).take(room) {
+            map.update(&id.to_ne_bytes(), &[1], MapFlags::ANY)
+                .map_err(|e| libbpf_err("declined filter", e))?;
+            changed += 1;
+        }
+        Ok(changed)
     }
 
     /// Reads every map. Entries deleted concurrently are skipped.

@@ -18,7 +18,9 @@ use serde_json::Value;
 /// Two containers with different hot sets (24 and 6 MiB, so their fault
 /// counts differ several-fold and a swapped attribution cannot pass): each
 /// one's probe hint faults within 10% of its memcg `numa_hint_faults` delta,
-/// and promoted pages within 10% of `pgpromote_success`.
+/// and promoted pages within 10% of `pgpromote_success`. Then, with every
+/// hint fault declined (hot threshold 0 ms), only the container named to
+/// the declined filter has declined records.
 #[test]
 fn probe_counts_match_memcg_counters_per_container() {
     let bins = testbed::guest_binaries(&["tierload", "hint-probe"]).unwrap_or_else(|e| {
@@ -47,6 +49,20 @@ emit_node t/a; emit_node t/b
 hint-probe --cgroup $CG/t/a --cgroup $CG/t/b --seconds 20 --bpf-stats \
     --after-load 'echo 2 > /proc/sys/kernel/numa_balancing' | sed 's/^/PROBE /'
 emit_node t/a; emit_node t/b
+kill $PA $PB
+# The declined filter: new processes on node 1 (NUMA balancing scans a new
+# task soon; the old ones' scans were spaced out), the hot threshold at 0 ms
+# so the kernel declines every hint fault, and the scan period capped so
+# that passes that migrate nothing are not spaced out either.
+NB=/sys/kernel/debug/sched/numa_balancing
+[ -d $NB ] || mount -t debugfs none /sys/kernel/debug
+echo 0 > $NB/hot_threshold_ms; echo 1000 > $NB/scan_period_max_ms
+echo 1 > $CG/t/a/cpuset.mems; echo 1 > $CG/t/b/cpuset.mems
+PA=$(start_in t/a tierload --size-mib 48 --report-s 0 hotset --hot-mib 24)
+PB=$(start_in t/b tierload --size-mib 48 --report-s 0 hotset --hot-mib 6)
+wait_usage t/a 48 60; wait_usage t/b 48 60
+echo 0-1 > $CG/t/a/cpuset.mems; echo 0-1 > $CG/t/b/cpuset.mems
+hint-probe --cgroup $CG/t/a --cgroup $CG/t/b --declined-for $CG/t/a --seconds 10 | sed 's/^/DECLINED /'
 kill $PA $PB
 "#;
     let out = testbed::run(&cfg, script).unwrap_or_else(|e| {
@@ -99,6 +115,29 @@ kill $PA $PB
     assert!(
         faults[0] > faults[1],
         "a's 24 MiB hot set should fault more than b's 6 MiB: {faults:?}\n{o}"
+    );
+    // Declined hint faults are recorded for the cgroups named only.
+    let declined: Vec<Value> = o
+        .lines()
+        .filter_map(|l| l.strip_prefix("DECLINED "))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(declined.len(), 3, "two cgroups and the program stats:\n{o}");
+    let (da, db) = (&declined[0], &declined[1]);
+    assert!(
+        u(da, "probe", "declined_records") >= 50 && u(db, "probe", "hint_faults") >= 50,
+        "a (named) should have declined records and b hint faults:\n{da}\n{db}\n{o}"
+    );
+    assert_eq!(
+        u(db, "probe", "declined_records"),
+        0,
+        "b is not named by --declined-for:\n{db}\n{o}"
+    );
+    eprintln!(
+        "declined filter: a {} records, b {} records of {} hint faults",
+        u(da, "probe", "declined_records"),
+        u(db, "probe", "declined_records"),
+        u(db, "probe", "hint_faults")
     );
     let progs = lines[2]["programs"].as_array().unwrap();
     let check = progs

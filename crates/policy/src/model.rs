@@ -400,6 +400,21 @@ pub struct ContainerPlan {
     pub band_trade: bool,
 }
 
+impl ContainerPlan {
+    /// Whether the container may fall short of its target before the next
+    /// plan: not pinned, and not above target + band. Only such a container
+    /// recalls pages to the fast tier (recall serves a container holding
+    /// less than its target), so only its lower-tier pages whose hint
+    /// faults the kernel declined are worth recording; a container above
+    /// its band loses pages until the band, whatever its faults.
+    pub fn may_fall_short(&self) -> bool {
+        matches!(
+            self.state,
+            PlacementState::UnderTarget | PlacementState::AtTarget
+        )
+    }
+}
+
 /// The solver's output for one cycle.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Plan {

@@ -372,6 +372,22 @@ fn no_move_inside_the_band() {
 }
 
 #[test]
+fn only_containers_not_above_their_band_may_fall_short() {
+    for (fast, state, may) in [
+        (GIB - 300 * MIB, PlacementState::UnderTarget, true),
+        (GIB - 50 * MIB, PlacementState::AtTarget, true),
+        (GIB + 50 * MIB, PlacementState::AtTarget, true),
+        (GIB + 300 * MIB, PlacementState::OverTarget, false),
+    ] {
+        let (s, p) = one_gib_target(fast);
+        let c = run(&s, &p).get(1).unwrap().clone();
+        assert_eq!((c.state, c.may_fall_short()), (state, may), "fast = {fast}");
+    }
+    let s = snap(GIB, vec![c(1, GIB / 2, GIB).pinned()]);
+    assert!(!run(&s, &params()).get(1).unwrap().may_fall_short());
+}
+
+#[test]
 fn band_is_the_larger_of_minimum_and_fraction() {
     // 20% of 1 GiB > 100 MiB: 150 MiB over target is still inside the band.
     let (s, p) = one_gib_target(GIB + 150 * MIB);

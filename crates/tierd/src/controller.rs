@@ -570,6 +570,7 @@ impl Controller {
         }
         let plan = policy::solve(&snapshot, &params, &mut self.policy_state);
         self.lap(&mut phase, "solve");
+        self.want_declined(&managed, &plan);
         self.note_assisted(&managed, &snapshot, &plan);
         if plan.guarantees_scaled {
             tracing::warn!(

@@ -40,6 +40,11 @@ struct Args {
     /// the two readings.
     #[arg(long)]
     after_load: Option<String>,
+    /// Record declined hint faults (the probe's kernel-side filter) of
+    /// these cgroups only (repeatable; none when not given); each
+    /// reported cgroup's line counts its records (`declined_records`).
+    #[arg(long = "declined-for")]
+    declined_for: Vec<PathBuf>,
 }
 
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -104,6 +109,20 @@ fn main() -> ExitCode {
             }
         }
     }
+    let mut wanted = std::collections::HashSet::new();
+    for cg in &args.declined_for {
+        match std::fs::metadata(cg) {
+            Ok(m) => wanted.insert(m.ino()),
+            Err(e) => {
+                eprintln!("hint-probe: --declined-for {}: {e}", cg.display());
+                return ExitCode::FAILURE;
+            }
+        };
+    }
+    if let Err(e) = probe.set_declined_memcgs(&wanted) {
+        eprintln!("hint-probe: {e}");
+        return ExitCode::FAILURE;
+    }
     let r0 = match probe.read() {
         Ok(r) => r,
         Err(e) => {
@@ -134,6 +153,10 @@ fn main() -> ExitCode {
         }
     };
     let secs = t0.elapsed().as_secs_f64();
+    let mut declined: BTreeMap<u64, u64> = BTreeMap::new();
+    for e in probe.drain_declined() {
+        *declined.entry(e.memcg_id).or_default() += 1;
+    }
     for ((cg, id), b) in args.cgroups.iter().zip(&ids).zip(&before) {
         let after = match memcg_counters(cg) {
             Ok(c) => c,
@@ -174,6 +197,7 @@ fn main() -> ExitCode {
                     "migrate_failed": probe_d.migrate_failed,
                     "migrated_pages": probe_d.migrated_pages,
                     "hint_faults_by_nodes": by_node,
+                    "declined_records": declined.get(id).copied().unwrap_or(0),
                 },
                 "memory_stat": {
                     "numa_hint_faults": d("numa_hint_faults"),

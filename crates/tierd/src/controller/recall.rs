@@ -20,6 +20,7 @@
 //! neighbour above its share keeps the difference for good (docs/NOTES.md
 //! "Skew: the work-conserving end state").
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 use super::*;
@@ -73,7 +74,7 @@ struct Known {
     order: VecDeque<Page>,
     /// The pages in `order`, with their sequence number (`order` is sorted
     /// by it).
-    set: HashMap<(u32, u64), u64>,
+    set: foldhash::HashMap<(u32, u64), u64>,
     /// Sequence number of the next page added.
     next_seq: u64,
     /// Checks so far: the slice of pages due is `checks % REQUERY_SLICES`.
@@ -89,11 +90,11 @@ struct Known {
 /// Known-hot pages per container, and the mover that recalls them.
 #[derive(Default)]
 pub(super) struct KnownHot {
-    by_container: HashMap<u64, Known>,
+    by_container: foldhash::HashMap<u64, Known>,
     /// Pages whose hint faults the kernel declined (in use, not hot by its
     /// test), per container: looked at only when the known-hot pages on
     /// the lower tier fall short of what the container lacks.
-    declined: HashMap<u64, Known>,
+    declined: foldhash::HashMap<u64, Known>,
     mover: Mover,
     /// Pages the checks queried since recall last published the count
     /// (`tierd_recall_queried_pages_total`).
@@ -114,10 +115,15 @@ impl Known {
     /// updated) and the oldest go beyond `cap`. Returns whether it was new
     /// or last seen on the other tier.
     fn add(&mut self, pid: u32, addr: u64, bytes: u64, fast: bool, cap: usize) -> bool {
-        if self.set.contains_key(&(pid, addr)) {
-            return self.seen_at(pid, addr, fast);
+        match self.set.entry((pid, addr)) {
+            Entry::Occupied(e) => {
+                let seq = *e.get();
+                return self.mark(seq, fast);
+            }
+            Entry::Vacant(e) => {
+                e.insert(self.next_seq);
+            }
         }
-        self.set.insert((pid, addr), self.next_seq);
         self.order.push_back(Page {
             pid,
             addr,
@@ -142,6 +148,11 @@ impl Known {
         let Some(&seq) = self.set.get(&(pid, addr)) else {
             return false;
         };
+        self.mark(seq, fast)
+    }
+
+    /// [`Self::seen_at`] for the page numbered `seq`.
+    fn mark(&mut self, seq: u64, fast: bool) -> bool {
         let Ok(i) = self.order.binary_search_by_key(&seq, |p| p.seq) else {
             return false;
         };
@@ -287,30 +298,30 @@ impl KnownHot {
         }
     }
 
-    /// Remembers a lower-tier page of container `c` whose hint fault the
-    /// kernel declined (beyond [`KNOWN_DECLINED_PAGES`] the oldest go). A
-    /// new one, or one last seen on the fast tier, is on the lower tier
-    /// now, so the next check looks again even if nothing was demoted since
-    /// the last.
-    pub(super) fn add_declined(&mut self, c: u64, pid: u32, addr: u64, bytes: u64) {
-        if let Some(k) = self
-            .by_container
-            .get_mut(&c)
-            .filter(|k| k.set.contains_key(&(pid, addr)))
-        {
-            // Known hot: back on the lower tier?
-            if k.seen_at(pid, addr, false) {
-                k.checked_at = None;
-            }
-            return;
+    /// Remembers lower-tier pages of container `c` whose hint faults the
+    /// kernel declined, as (pid, page address, bytes), oldest first (beyond
+    /// [`KNOWN_DECLINED_PAGES`] the oldest go). A new one, or one last seen
+    /// on the fast tier, is on the lower tier now, so the next check looks
+    /// again even if nothing was demoted since the last. A known-hot page
+    /// stays known hot, marked as on the lower tier.
+    pub(super) fn add_declined(
+        &mut self,
+        c: u64,
+        pages: impl IntoIterator<Item = (u32, u64, u64)>,
+    ) {
+        // One lookup per container, not per page: a drain brings thousands.
+        let hot = self.by_container.entry(c).or_default();
+        let declined = self.declined.entry(c).or_default();
+        let mut look_again = false;
+        for (pid, addr, bytes) in pages {
+            look_again |= if hot.set.contains_key(&(pid, addr)) {
+                hot.seen_at(pid, addr, false)
+            } else {
+                declined.add(pid, addr, bytes, false, KNOWN_DECLINED_PAGES)
+            };
         }
-        if self
-            .declined
-            .entry(c)
-            .or_default()
-            .add(pid, addr, bytes, false, KNOWN_DECLINED_PAGES)
-        {
-            self.by_container.entry(c).or_default().checked_at = None;
+        if look_again {
+            hot.checked_at = None;
         }
     }
 
@@ -638,12 +649,13 @@ mod tests {
         let (buf, first, node, mut k) = own_known_pages(5);
         let me = std::process::id();
         k.by_container.get_mut(&1).unwrap().order.truncate(2);
-        k.by_container.get_mut(&1).unwrap().set =
-            [((me, first), 0), ((me, first + 4096), 1)].into();
-        k.add_declined(1, me, first + 2 * 4096, 4096);
-        k.add_declined(1, me, first + 3 * 4096, 4096);
+        k.by_container.get_mut(&1).unwrap().set = [((me, first), 0), ((me, first + 4096), 1)]
+            .into_iter()
+            .collect();
+        k.add_declined(1, [(me, first + 2 * 4096, 4096)]);
+        k.add_declined(1, [(me, first + 3 * 4096, 4096)]);
         // A page already known hot is not remembered again as declined.
-        k.add_declined(1, me, first, 4096);
+        k.add_declined(1, [(me, first, 4096)]);
         assert_eq!(k.known(1), 4);
         // Two pages' worth is enough: the known-hot pages alone are queried.
         let found = k.check(1, &[node], Some(1), 2 * 4096);
@@ -667,7 +679,7 @@ mod tests {
         unsee_all(&mut k);
         assert!(k.check(1, &[node + 1], Some(1), u64::MAX).is_empty());
         assert!(k.unchanged(1, Some(1)));
-        k.add_declined(1, me, first + 3 * 4096, 4096);
+        k.add_declined(1, [(me, first + 3 * 4096, 4096)]);
         assert!(
             !k.unchanged(1, Some(1)),
             "a declined page last seen on the fast tier is below again"
@@ -675,13 +687,13 @@ mod tests {
         // The probe's word stands: it is recallable without a query.
         let found = k.check(1, &[node + 1], Some(1), u64::MAX);
         assert_eq!(found, vec![(me, vec![(first + 3 * 4096, 4096)])]);
-        k.add_declined(1, me, first + 3 * 4096, 4096);
+        k.add_declined(1, [(me, first + 3 * 4096, 4096)]);
         assert_eq!(
             k.by_container[&1].checked_at,
             Some(1),
             "a page declined again while last seen below is not news"
         );
-        k.add_declined(1, me, first + 4 * 4096, 4096);
+        k.add_declined(1, [(me, first + 4 * 4096, 4096)]);
         assert_eq!(k.by_container[&1].checked_at, None);
         k.retain(|c| c != 1);
         assert_eq!(k.known(1), 0);

@@ -228,6 +228,20 @@ impl Controller {
         Migrations::default()
     }
 
+    /// Points the probe's declined hint faults at the containers recall may
+    /// serve before the next plan ([`ContainerPlan::may_fall_short`]; none
+    /// without `daemon.recall`): the rest would only be drained and dropped.
+    pub(super) fn want_declined(&mut self, managed: &[Managed], plan: &Plan) {
+        let ids: HashSet<u64> = managed
+            .iter()
+            .filter(|m| {
+                self.cfg.daemon.recall && plan.get(m.id).is_some_and(|p| p.may_fall_short())
+            })
+            .flat_map(|m| m.member_ids.iter().copied())
+            .collect();
+        self.faults.want_declined(ids);
+    }
+
     /// Reads this cycle's hint faults and kernel migrations per container
     /// and exports them (counters by node and outcome; lower-tier fault rate).
     pub(super) fn sample_hint_faults(&mut self, managed: &[Managed], elapsed_ms: u64) {
@@ -259,10 +273,14 @@ impl Controller {
                 }
                 // In use, not hot by the kernel's test: recalled only for
                 // what the known-hot pages leave short.
-                for &(pid, addr, len, node) in &f.declined {
-                    if lower.contains(&node) {
-                        self.known_hot.add_declined(m.id, pid, addr, len);
-                    }
+                if !f.declined.is_empty() {
+                    self.known_hot.add_declined(
+                        m.id,
+                        f.declined
+                            .iter()
+                            .filter(|d| lower.contains(&d.3))
+                            .map(|&(pid, addr, len, _)| (pid, addr, len)),
+                    );
                 }
             }
             // Kernel promotions of pages tierd itself demoted within the
