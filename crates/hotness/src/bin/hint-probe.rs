@@ -23,9 +23,14 @@ struct Args {
     /// cgroup v2 directories to report on (repeatable).
     #[arg(long = "cgroup", required = true)]
     cgroups: Vec<PathBuf>,
-    /// How long to watch, seconds.
+    /// How long to watch, seconds (with `--min-faults`, the deadline).
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Stop watching as soon as every cgroup's `memory.stat`
+    /// `numa_hint_faults` grew by at least this many (polled every 0.5 s),
+    /// rather than at `--seconds`.
+    #[arg(long)]
+    min_faults: Option<u64>,
     /// CONFIG_NODES_SHIFT (default: from --kernel-config, else 10).
     #[arg(long)]
     nodes_shift: Option<u32>,
@@ -144,7 +149,27 @@ fn main() -> ExitCode {
         }
     }
     let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds.max(0.0)));
+    let deadline = Duration::from_secs_f64(args.seconds.max(0.0));
+    match args.min_faults {
+        None => std::thread::sleep(deadline),
+        Some(n) => {
+            let enough = || {
+                args.cgroups.iter().zip(&before).all(|(cg, b)| {
+                    let now = memcg_counters(cg).unwrap_or_default();
+                    let d = |k: &str| {
+                        now.get(k)
+                            .copied()
+                            .unwrap_or(0)
+                            .saturating_sub(b.get(k).copied().unwrap_or(0))
+                    };
+                    d("numa_hint_faults") >= n
+                })
+            };
+            while t0.elapsed() < deadline && !enough() {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
     let r1 = match probe.read() {
         Ok(r) => r,
         Err(e) => {
