@@ -104,7 +104,7 @@ struct {
  * unused), filled by tierd: the containers that may fall short of their
  * fast-tier target, the only ones recall serves. A neighbour above its
  * share takes most of the lower-tier hint faults (~1.2k/s in the emulated
- * host), and recording them cost tierd 10-25 ms per cycle under emulation
+ * host), and recording them cost tierd 15-27 ms per cycle under emulation
  * to drain and discard (docs/NOTES.md "Declined hint faults only for the
  * containers recall serves"). Empty: none are recorded. */
 struct {
