@@ -6,9 +6,11 @@
  * attached; the functions below can (checked in the emulated host, Debian
  * 6.12): see ../docs/NOTES.md, "The eBPF hint-fault probe".
  *
- *   fexit  numa_migrate_check(folio, vmf, addr, flags, writable, last_cpupid)
+ *   fentry/fexit numa_migrate_check(folio, vmf, addr, flags, writable, last_cpupid)
  *          one call = one memcg `numa_hint_faults` event (PTE and PMD);
- *          return != NUMA_NO_NODE = a migration candidate to that node
+ *          return != NUMA_NO_NODE = a migration candidate to that node;
+ *          the folio's access time before and after gives the fault's
+ *          latency as the kernel's hot-page test measured it
  *   fexit  migrate_misplaced_folio_prepare(folio, vma, node)
  *          != 0: the candidate was dropped before migration
  *   fentry/fexit migrate_misplaced_folio(folio, vma, node), or (folio, node)
@@ -65,7 +67,7 @@ struct {
 } fault_addr SEC(".maps");
 
 /* Successful migrations, for exact ping-pong matching and recall in tierd.
- * 1 MiB: ~26k records (32 bytes + an 8-byte header each). tierd empties it
+ * 1 MiB: ~21k records (40 bytes + an 8-byte header each). tierd empties it
  * every interval (2 s), and one NUMA-balancing pass promotes 12k pages in a
  * second in the emulated host: 256 KiB, emptied only at full cycles (2 to
  * 8 s apart), lost half of them. The consumer's mapping of the buffer
@@ -80,7 +82,7 @@ struct {
  * record layout: pages hot by the kernel's own test that stay on the lower
  * tier until its next scan pass, for tierd's recall. A sample: one pass over
  * a full fast tier refuses tens of thousands, and what the buffer has no
- * room for is lost uncounted. 512 KiB: ~13k records (52 MiB of base
+ * room for is lost uncounted. 512 KiB: ~10k records (42 MiB of base
  * pages), more than tierd remembers per container. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -94,7 +96,7 @@ struct {
  * same record layout with dst_nid = HF_NO_NODE. Pages in use, if not hot by
  * the kernel's test: the ones a container below its share would recall when
  * it has no known-hot page left below. A sample, as `refusals`: 256 KiB,
- * ~6.5k records (26 MiB of base pages) per drain. */
+ * ~5.4k records (21 MiB of base pages) per drain. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
@@ -216,6 +218,105 @@ static __always_inline struct hf_counts *slot(__u64 memcg, __u32 src, __u32 dst)
 	return bpf_map_lookup_elem(&counts, &key);
 }
 
+/* The folio's access-time word as numa_migrate_check found it (fentry),
+ * per CPU: the fault runs under the page-table lock, so fentry and fexit of
+ * one call are on one CPU with nothing in between. */
+struct hf_before {
+	__u64 folio;
+	__u64 raw;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hf_before);
+} check_before SEC(".maps");
+
+/* The word that holds the folio's last CPU/PID, which memory tiering
+ * reuses on lower-tier folios for the time NUMA balancing last unmapped
+ * them (include/linux/mm.h folio_xchg_access_time): `_last_cpupid` when the
+ * page flags have no room for it, else the flags word. */
+static __always_inline __u64 access_word(struct folio *folio)
+{
+	if (bpf_core_field_exists(((struct folio___cpupid *)folio)->_last_cpupid))
+		return (__u32)BPF_CORE_READ((struct folio___cpupid *)folio, _last_cpupid);
+	return folio_flags(folio);
+}
+
+/* The hint-fault latency (ms) the kernel's hot-page test measured for this
+ * fault (kernel/sched/fair.c numa_hint_fault_latency: the fault's time
+ * minus the scan's, both jiffies_to_msecs() in the folio's last-cpupid
+ * field, swapped in by should_numa_migrate_memory), or HF_NO_LATENCY.
+ * numa_migrate_check leaves LAST_CPUPID_MASK in *last_cpupid for a folio
+ * that keeps an access time, which gives the field's width; in the flags
+ * word the field sits below the node and zone fields
+ * (include/linux/page-flags-layout.h; SPARSEMEM_VMEMMAP: no section bits,
+ * as for folio_nid). The value after the fault must read as the current
+ * time (jiffies at HZ 1000, 250 or 100), so a layout this does not know
+ * gives no latency rather than a wrong one. */
+static __always_inline __u32 hint_latency_ms(struct folio *folio, int *last_cpupid)
+{
+	__u32 zero = 0;
+	struct hf_before *b = bpf_map_lookup_elem(&check_before, &zero);
+	int m = 0;
+
+	if (!b || b->folio != (__u64)folio)
+		return HF_NO_LATENCY;
+	if (bpf_probe_read_kernel(&m, sizeof(m), last_cpupid))
+		return HF_NO_LATENCY;
+	__u64 mask = (__u32)m;
+	/* 2^width - 1, width 8..31 */
+	if (mask < 0xff || mask > 0x7fffffff || (mask & (mask + 1)))
+		return HF_NO_LATENCY;
+	__u32 width = 0;
+	for (int i = 0; i < 32; i++)
+		if (mask >> i)
+			width = i + 1;
+	__u32 pos = 0;
+	if (!bpf_core_field_exists(((struct folio___cpupid *)folio)->_last_cpupid)) {
+		__u32 zones = bpf_core_enum_value(enum zone_type, __MAX_NR_ZONES);
+		__u32 zw = zones <= 1 ? 0 : zones <= 2 ? 1 : zones <= 4 ? 2 : zones <= 8 ? 3 : 4;
+
+		if (nodes_shift + zw + width > 64)
+			return HF_NO_LATENCY;
+		pos = 64 - nodes_shift - zw - width;
+	}
+	__u64 before = (b->raw >> (pos & 63)) & mask;
+	__u64 after = (access_word(folio) >> (pos & 63)) & mask;
+	/* PAGE_ACCESS_TIME_BUCKETS: a field under 12 bits keeps coarser time. */
+	__u32 buckets = width < 12 ? 12 - width : 0;
+	__u64 j = bpf_jiffies64();
+	bool now = false;
+	__u64 mpj[3] = { 1, 4, 10 };
+
+	for (int i = 0; i < 3; i++) {
+		__u64 t = ((j * mpj[i]) >> buckets) & mask;
+
+		/* a few jiffies after the kernel's read */
+		if (((t - after) & mask) <= ((8 * mpj[i]) >> buckets) + 1)
+			now = true;
+	}
+	if (!now)
+		return HF_NO_LATENCY;
+	__u64 ms = ((after - before) & mask) << buckets;
+
+	return ms > 0xfffffffe ? 0xfffffffe : (__u32)ms;
+}
+
+SEC("fentry/numa_migrate_check")
+int BPF_PROG(hf_check_enter, struct folio *folio)
+{
+	__u32 zero = 0;
+	struct hf_before *b = bpf_map_lookup_elem(&check_before, &zero);
+
+	if (b) {
+		b->folio = (__u64)folio;
+		b->raw = access_word(folio);
+	}
+	return 0;
+}
+
 SEC("fexit/numa_migrate_check")
 int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long addr,
 	     int *flags, bool writable, int *last_cpupid, int ret)
@@ -244,6 +345,8 @@ int BPF_PROG(hf_check, struct folio *folio, struct vm_fault *vmf, unsigned long 
 			e->nr_pages = folio_pages(folio);
 			e->src_nid = src;
 			e->dst_nid = HF_NO_NODE;
+			e->latency_ms = hint_latency_ms(folio, last_cpupid);
+			e->reserved = 0;
 			bpf_ringbuf_submit(e, 0);
 		}
 	}
@@ -277,6 +380,8 @@ int BPF_PROG(hf_prepare, struct folio *folio, struct vm_area_struct *vma, int no
 			e->nr_pages = folio_pages(folio);
 			e->src_nid = folio_nid(folio);
 			e->dst_nid = (__u32)node;
+			e->latency_ms = HF_NO_LATENCY;
+			e->reserved = 0;
 			bpf_ringbuf_submit(e, 0);
 		}
 	}
@@ -340,6 +445,8 @@ static __always_inline int migrate_exit(int node, int ret)
 			e->nr_pages = f->nr_pages;
 			e->src_nid = f->src_nid;
 			e->dst_nid = (__u32)node;
+			e->latency_ms = HF_NO_LATENCY;
+			e->reserved = 0;
 			bpf_ringbuf_submit(e, 0);
 		} else {
 			__u64 *d = bpf_map_lookup_elem(&promotion_drops, &zero);

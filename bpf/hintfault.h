@@ -11,6 +11,9 @@
 
 /* Node number the kernel uses for "none" (NUMA_NO_NODE = -1) in a key. */
 #define HF_NO_NODE 0xffffffffu
+/* latency_ms of a record without one (not a lower-tier hint fault that
+ * went through the kernel's hot-page test, or the probe could not read it). */
+#define HF_NO_LATENCY 0xffffffffu
 /* Log2 buckets of the promotion-latency histogram: bucket i counts
  * migrations that took [2^i, 2^(i+1)) ns; the last one is open-ended. */
 #define HF_LAT_BUCKETS 32
@@ -70,6 +73,12 @@ struct hf_promotion {
 	__u32 nr_pages;
 	__u32 src_nid;
 	__u32 dst_nid;
+	/* `declined` only: the hint-fault latency the kernel's hot-page test
+	 * compared with its threshold (kernel/sched/fair.c
+	 * numa_hint_fault_latency: ms from the NUMA-balancing scan that
+	 * unmapped the page to this fault), HF_NO_LATENCY when unknown. */
+	__u32 latency_ms;
+	__u32 reserved;
 };
 
 #endif

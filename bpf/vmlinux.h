@@ -88,6 +88,13 @@ struct folio___nr {
 	unsigned int _nr_pages;
 };
 
+/* Where the folio's last CPU/PID (with memory tiering, on a lower-tier
+ * folio: its NUMA-balancing scan time) lives when page flags have no room
+ * for it (LAST_CPUPID_NOT_IN_PAGE_FLAGS); absent from the BTF otherwise. */
+struct folio___cpupid {
+	int _last_cpupid;
+};
+
 struct sched_entity {
 	__u64 sum_exec_runtime;
 };
@@ -111,6 +118,12 @@ enum page_memcg_data_flags {
 
 enum pageflags {
 	PG_head = 6,
+};
+
+/* Zones per node: the width of the page-flags zone field
+ * (include/linux/page-flags-layout.h ZONES_SHIFT). */
+enum zone_type {
+	__MAX_NR_ZONES = 5,
 };
 
 #endif

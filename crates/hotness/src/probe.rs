@@ -327,6 +327,12 @@ pub struct PromotionEvent {
     pub nr_pages: u32,
     pub src_nid: u32,
     pub dst_nid: u32,
+    /// Declined hint faults only: the latency the kernel's hot-page test
+    /// measured, in ms from the NUMA-balancing scan that unmapped the page
+    /// to the fault (kernel/sched/fair.c `numa_hint_fault_latency`); `None`
+    /// when the probe could not read it (a page-flags layout it does not
+    /// know, bpf/hintfault.bpf.c `hint_latency_ms`).
+    pub latency_ms: Option<u32>,
 }
 
 /// Decodes a `struct hf_promotion` ring-buffer record.
@@ -339,8 +345,12 @@ pub fn decode_promotion(b: &[u8]) -> Result<PromotionEvent, ProbeError> {
         nr_pages: e.nr_pages,
         src_nid: e.src_nid,
         dst_nid: e.dst_nid,
+        latency_ms: (e.latency_ms != NO_LATENCY).then_some(e.latency_ms),
     })
 }
+
+/// `HF_NO_LATENCY` (bpf/hintfault.h).
+const NO_LATENCY: u32 = u32::MAX;
 
 /// Most promotion events kept between two drains (about 32 MiB): beyond
 /// it they are counted as dropped.
@@ -352,7 +362,7 @@ const MAX_PENDING_EVENTS: usize = 1 << 20;
 const MAX_PENDING_REFUSALS: usize = 1 << 16;
 
 /// Most declined hint faults kept between two drains (2 MiB): a guard, since
-/// a drain consumes the kernel-side buffer, which holds ~6.5k.
+/// a drain consumes the kernel-side buffer, which holds ~5.4k.
 const MAX_PENDING_DECLINED: usize = 1 << 16;
 
 /// Size of the probe's `declined_memcgs` map.
@@ -525,6 +535,7 @@ impl HintFaultProbe {
         let p = &self.skel.progs;
         let ids: Vec<u32> = [
             &p.hf_check,
+            &p.hf_check_enter,
             &p.hf_prepare,
             &p.hf_migrate_enter,
             &p.hf_migrate_exit,
@@ -593,7 +604,7 @@ impl HintFaultProbe {
     /// pages of the memcgs named by [`Self::set_declined_memcgs`] that the
     /// kernel declined to make promotion candidates since the last call
     /// (later than its hot threshold, or over its rate limit), a sample: at
-    /// most what the kernel-side ring buffer holds (~6.5k records), the
+    /// most what the kernel-side ring buffer holds (~5.4k records), the
     /// first since the last call; `dst_nid` is `HF_NO_NODE` (`u32::MAX`).
     pub fn drain_declined(&self) -> Vec<PromotionEvent> {
         let _ = self.declined_ring.consume();
@@ -700,6 +711,7 @@ mod tests {
         assert_eq!(size_of::<types::hf_key>(), 16);
         assert_eq!(size_of::<types::hf_counts>(), 7 * 8);
         assert_eq!(size_of::<types::hf_hist>(), (LATENCY_BUCKETS + 1) * 8);
+        assert_eq!(size_of::<types::hf_promotion>(), 40);
     }
 
     #[test]
@@ -797,21 +809,29 @@ mod tests {
     fn promotion_record_decodes() {
         let mut b = 77u64.to_ne_bytes().to_vec();
         b.extend_from_slice(&0x7f00_1234_5000u64.to_ne_bytes());
-        for x in [4242u32, 512, 1, 0] {
+        for x in [4242u32, 512, 1, 0, 850, 0] {
             b.extend_from_slice(&x.to_ne_bytes());
         }
+        let e = PromotionEvent {
+            memcg_id: 77,
+            pid: 4242,
+            addr: 0x7f00_1234_5000,
+            nr_pages: 512,
+            src_nid: 1,
+            dst_nid: 0,
+            latency_ms: Some(850),
+        };
+        assert_eq!(decode_promotion(&b).unwrap(), e);
+        // HF_NO_LATENCY reads as none.
+        b[32..36].copy_from_slice(&u32::MAX.to_ne_bytes());
         assert_eq!(
             decode_promotion(&b).unwrap(),
             PromotionEvent {
-                memcg_id: 77,
-                pid: 4242,
-                addr: 0x7f00_1234_5000,
-                nr_pages: 512,
-                src_nid: 1,
-                dst_nid: 0
+                latency_ms: None,
+                ..e
             }
         );
-        assert!(decode_promotion(&b[..30]).is_err());
+        assert!(decode_promotion(&b[..38]).is_err());
     }
 
     #[test]

@@ -15,6 +15,31 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// The guest: `tierload` and `hint-probe` (release builds) and the shell
+/// helpers; the CXL lower tier takes the longest (212-258 s for the test
+/// below).
+fn guest() -> testbed::VmConfig {
+    let bins = testbed::guest_binaries(&["tierload", "hint-probe"]).unwrap_or_else(|e| {
+        panic!("{e:#}\nbuild them with `cargo build --release -p tierload -p hotness` (or run `cargo xtask test`)")
+    });
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/lib.sh");
+    testbed::VmConfig {
+        binaries: bins,
+        files: vec![(lib, "/tests/lib.sh".into())],
+        timeout: Duration::from_secs(480),
+        ..Default::default()
+    }
+}
+
+/// Runs `script` in the guest; fails unless it exits 0.
+fn run(cfg: &testbed::VmConfig, script: &str) -> testbed::VmOutput {
+    let out = testbed::run(cfg, script).unwrap_or_else(|e| {
+        panic!("emulated CXL host failed: {e:#}\n(run `cargo xtask setup` if QEMU or the kernel is missing)")
+    });
+    assert_eq!(out.exit_code, 0, "guest script failed:\n{}", out.output);
+    out
+}
+
 /// Two containers with different hot sets (24 and 6 MiB, so their fault
 /// counts differ several-fold and a swapped attribution cannot pass): each
 /// one's probe hint faults within 10% of its memcg `numa_hint_faults` delta,
@@ -23,16 +48,7 @@ use serde_json::Value;
 /// the declined filter has declined records.
 #[test]
 fn probe_counts_match_memcg_counters_per_container() {
-    let bins = testbed::guest_binaries(&["tierload", "hint-probe"]).unwrap_or_else(|e| {
-        panic!("{e:#}\nbuild them with `cargo build --release -p tierload -p hotness` (or run `cargo xtask test`)")
-    });
-    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/lib.sh");
-    let cfg = testbed::VmConfig {
-        binaries: bins,
-        files: vec![(lib, "/tests/lib.sh".into())],
-        timeout: Duration::from_secs(480),
-        ..Default::default()
-    };
+    let cfg = guest();
     let script = r#"
 set -e
 . /tests/lib.sh
@@ -67,11 +83,8 @@ hint-probe --cgroup $CG/t/a --cgroup $CG/t/b --declined-for $CG/t/a \
     --seconds 90 --min-faults 100 | sed 's/^/DECLINED /'
 kill $PA $PB
 "#;
-    let out = testbed::run(&cfg, script).unwrap_or_else(|e| {
-        panic!("emulated CXL host failed: {e:#}\n(run `cargo xtask setup` if QEMU or the kernel is missing)")
-    });
+    let out = run(&cfg, script);
     let o = &out.output;
-    assert_eq!(out.exit_code, 0, "guest script failed:\n{o}");
     let lines: Vec<Value> = o
         .lines()
         .filter_map(|l| l.strip_prefix("PROBE "))
@@ -156,5 +169,76 @@ kill $PA $PB
          all programs {:.3} ms over {secs:.1} s = {:.4}% of one CPU",
         all_ns as f64 / 1e6,
         100.0 * all_ns as f64 / 1e9 / secs
+    );
+}
+
+/// The latency the kernel's hot-page test measures (scan to hint fault),
+/// read by the probe for each declined hint fault, ranks pages by use: a
+/// 4 MiB hot set touched as fast as the guest runs faults within
+/// milliseconds of each NUMA-balancing scan, a 48 MiB buffer touched
+/// uniformly at 2000 accesses/s (each page every ~6 s) within seconds. With
+/// the hot threshold at 0 ms the kernel declines every fault, so both
+/// cgroups' faults are recorded; every record must carry a latency (a
+/// page-flags layout the probe misreads gives none).
+#[test]
+fn declined_hint_faults_carry_the_kernels_latency() {
+    let cfg = guest();
+    let script = r#"
+set -e
+. /tests/lib.sh
+grep -qw cpuset $CG/cgroup.subtree_control || echo +cpuset > $CG/cgroup.subtree_control
+mkcg t/hot; mkcg t/slow
+echo +cpuset > $CG/t/cgroup.subtree_control
+NB=/sys/kernel/debug/sched/numa_balancing
+[ -d $NB ] || mount -t debugfs none /sys/kernel/debug
+echo 2 > /proc/sys/kernel/numa_balancing
+echo 0 > $NB/hot_threshold_ms; echo 1000 > $NB/scan_period_max_ms
+echo 1 > $CG/t/hot/cpuset.mems; echo 1 > $CG/t/slow/cpuset.mems
+PH=$(start_in t/hot tierload --size-mib 8 --report-s 0 hotset --hot-mib 4)
+PS=$(start_in t/slow tierload --size-mib 48 --report-s 0 --rate 2000 zipf --zipf-s 0)
+wait_usage t/hot 8 60; wait_usage t/slow 48 60
+echo 0-1 > $CG/t/hot/cpuset.mems; echo 0-1 > $CG/t/slow/cpuset.mems
+hint-probe --cgroup $CG/t/hot --cgroup $CG/t/slow \
+    --declined-for $CG/t/hot --declined-for $CG/t/slow \
+    --seconds 120 --min-faults 1000 | sed 's/^/LATENCY /'
+kill $PH $PS
+"#;
+    let out = run(&cfg, script);
+    let o = &out.output;
+    let lines: Vec<Value> = o
+        .lines()
+        .filter_map(|l| l.strip_prefix("LATENCY "))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 3, "two cgroups and the program stats:\n{o}");
+    let lat = |v: &Value, k: &str| {
+        v["probe"]["declined_latency_ms"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("declined_latency_ms.{k} in {v}\n{o}"))
+    };
+    for l in &lines[..2] {
+        assert!(
+            lat(l, "known") >= 200,
+            "too few declined records with a latency (within 120 s): {l}\n{o}"
+        );
+        assert_eq!(lat(l, "unknown"), 0, "records without a latency: {l}\n{o}");
+    }
+    let (hot, slow) = (&lines[0], &lines[1]);
+    eprintln!(
+        "declined hint-fault latency (ms) p10 / p50 / p90: hot {} / {} / {}, slow {} / {} / {}",
+        lat(hot, "p10"),
+        lat(hot, "p50"),
+        lat(hot, "p90"),
+        lat(slow, "p10"),
+        lat(slow, "p50"),
+        lat(slow, "p90")
+    );
+    assert!(
+        lat(hot, "p90") < lat(slow, "p50") && 10 * lat(hot, "p50") < lat(slow, "p50"),
+        "the hot set's faults should come far sooner after the scan:\n{hot}\n{slow}\n{o}"
+    );
+    assert!(
+        lat(slow, "p50") >= 200,
+        "pages touched every ~6 s should fault hundreds of ms or more after the scan:\n{slow}\n{o}"
     );
 }

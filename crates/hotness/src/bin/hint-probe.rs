@@ -66,6 +66,20 @@ fn memcg_counters(cg: &Path) -> Result<BTreeMap<String, u64>, String> {
         .collect())
 }
 
+/// Quantiles of declined hint-fault latencies (ms) and the count of
+/// records without one, as JSON.
+fn latency_summary((mut ms, unknown): (Vec<u32>, u64)) -> serde_json::Value {
+    ms.sort_unstable();
+    let q = |f: f64| (!ms.is_empty()).then(|| ms[((ms.len() - 1) as f64 * f).round() as usize]);
+    serde_json::json!({
+        "known": ms.len(),
+        "unknown": unknown,
+        "p10": q(0.1),
+        "p50": q(0.5),
+        "p90": q(0.9),
+    })
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let shift = args
@@ -150,25 +164,39 @@ fn main() -> ExitCode {
     }
     let t0 = Instant::now();
     let deadline = Duration::from_secs_f64(args.seconds.max(0.0));
-    match args.min_faults {
-        None => std::thread::sleep(deadline),
-        Some(n) => {
-            let enough = || {
-                args.cgroups.iter().zip(&before).all(|(cg, b)| {
-                    let now = memcg_counters(cg).unwrap_or_default();
-                    let d = |k: &str| {
-                        now.get(k)
-                            .copied()
-                            .unwrap_or(0)
-                            .saturating_sub(b.get(k).copied().unwrap_or(0))
-                    };
-                    d("numa_hint_faults") >= n
-                })
-            };
-            while t0.elapsed() < deadline && !enough() {
-                std::thread::sleep(Duration::from_millis(500));
+    let mut declined: BTreeMap<u64, u64> = BTreeMap::new();
+    // Per memcg: the latencies the kernel's hot-page test measured, and
+    // the records without one.
+    let mut latencies: BTreeMap<u64, (Vec<u32>, u64)> = BTreeMap::new();
+    // Drained every half second, as tierd drains each cycle: the kernel-side
+    // buffer holds ~5k records, and a busy cgroup would fill it for all.
+    let mut drain = || {
+        for e in probe.drain_declined() {
+            *declined.entry(e.memcg_id).or_default() += 1;
+            let l = latencies.entry(e.memcg_id).or_default();
+            match e.latency_ms {
+                Some(ms) => l.0.push(ms),
+                None => l.1 += 1,
             }
         }
+    };
+    let enough = || {
+        args.min_faults.is_some_and(|n| {
+            args.cgroups.iter().zip(&before).all(|(cg, b)| {
+                let now = memcg_counters(cg).unwrap_or_default();
+                let d = |k: &str| {
+                    now.get(k)
+                        .copied()
+                        .unwrap_or(0)
+                        .saturating_sub(b.get(k).copied().unwrap_or(0))
+                };
+                d("numa_hint_faults") >= n
+            })
+        })
+    };
+    while t0.elapsed() < deadline && !enough() {
+        std::thread::sleep(Duration::from_millis(500).min(deadline.saturating_sub(t0.elapsed())));
+        drain();
     }
     let r1 = match probe.read() {
         Ok(r) => r,
@@ -178,10 +206,7 @@ fn main() -> ExitCode {
         }
     };
     let secs = t0.elapsed().as_secs_f64();
-    let mut declined: BTreeMap<u64, u64> = BTreeMap::new();
-    for e in probe.drain_declined() {
-        *declined.entry(e.memcg_id).or_default() += 1;
-    }
+    drain();
     for ((cg, id), b) in args.cgroups.iter().zip(&ids).zip(&before) {
         let after = match memcg_counters(cg) {
             Ok(c) => c,
@@ -223,6 +248,7 @@ fn main() -> ExitCode {
                     "migrated_pages": probe_d.migrated_pages,
                     "hint_faults_by_nodes": by_node,
                     "declined_records": declined.get(id).copied().unwrap_or(0),
+                    "declined_latency_ms": latency_summary(latencies.remove(id).unwrap_or_default()),
                 },
                 "memory_stat": {
                     "numa_hint_faults": d("numa_hint_faults"),
