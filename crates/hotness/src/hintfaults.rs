@@ -48,9 +48,23 @@ pub struct ContainerFaults {
     /// their node.
     pub refused: Vec<(u32, u64, u64)>,
     /// Probe only: hint faults on remote pages the kernel did not make
-    /// candidates (a sample), as (pid, page-aligned address, bytes, the
-    /// page's node): pages in use, not hot by the kernel's test.
-    pub declined: Vec<(u32, u64, u64, u32)>,
+    /// candidates (a sample): pages in use, not hot by the kernel's test
+    /// as it stood (its threshold, or its rate limit).
+    pub declined: Vec<Declined>,
+}
+
+/// One declined hint fault ([`ContainerFaults::declined`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declined {
+    pub pid: u32,
+    /// Page-aligned virtual address.
+    pub addr: u64,
+    pub bytes: u64,
+    /// The page's node.
+    pub node: u32,
+    /// The fault's latency as the kernel's hot-page test measured it, ms
+    /// from the scan to the fault (`PromotionEvent::latency_ms`).
+    pub latency_ms: Option<u32>,
 }
 
 /// Base page size for the probe's page counts.
@@ -222,7 +236,13 @@ impl HintFaults {
             match kind {
                 0 => f.promotions.push((e.pid, addr, bytes)),
                 1 => f.refused.push((e.pid, addr, bytes)),
-                _ => f.declined.push((e.pid, addr, bytes, e.src_nid)),
+                _ => f.declined.push(Declined {
+                    pid: e.pid,
+                    addr,
+                    bytes,
+                    node: e.src_nid,
+                    latency_ms: e.latency_ms,
+                }),
             }
         }
         let pruned = probe.prune(&now, keep);

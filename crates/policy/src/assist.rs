@@ -50,6 +50,17 @@ pub const SWAP_IDLE_CYCLES: u32 = 3;
 /// pages").
 pub const SWAP_MIN_AGE_MS: u64 = 30_000;
 
+/// The hot swap ([`crate::ContainerPlan::swap_bytes`] of a container that
+/// is not assisted) demotes only fast-tier pages untouched for this long,
+/// milliseconds. The pages it brings up faulted within the daemon's hot
+/// latency (250 ms by default) of a NUMA-balancing scan: a page touched
+/// once a second does that about a fifth of the time and stays idle for
+/// 5 s under 1 % of the time, so a trade is never a warm page for a warm
+/// one. 30 s, the assist's floor, finds nothing to trade in a cache tenant
+/// whose coldest page is touched every few seconds (docs/NOTES.md "Hot
+/// swap").
+pub const HOT_SWAP_MIN_AGE_MS: u64 = 5_000;
+
 /// Most doublings of the wait before an assist after assists that found
 /// nothing hot on the lower tier (10 s → 20, 40, 80 s at the default
 /// `assist_after`). A container left just under target − band with only

@@ -13,7 +13,7 @@ mod steady;
 mod thrash;
 pub mod unmanaged;
 
-pub use assist::SWAP_MIN_AGE_MS;
+pub use assist::{HOT_SWAP_MIN_AGE_MS, SWAP_MIN_AGE_MS};
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
 pub use model::*;
 pub use solve::solve;

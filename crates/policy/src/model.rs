@@ -122,6 +122,13 @@ pub struct ContainerSnapshot {
     /// to tell hot regions from cold; `None` otherwise. An assisted
     /// container claims room for them (see [`Plan::need_bytes`]).
     pub lower_hot_bytes: Option<u64>,
+    /// Bytes of the container's pages that passed a page-granular hot test
+    /// (the kernel promoted or refused them, or their NUMA hint fault came
+    /// within the daemon's hot latency of the scan that unmapped them) and
+    /// were last seen on the lower tier; 0 when unknown. A container at its
+    /// target swaps them in for its idle fast-tier pages (see
+    /// [`ContainerPlan::swap_bytes`]).
+    pub known_hot_below_bytes: u64,
     /// For a container whose policy has `offload`: its bytes on every node
     /// in MGLRU generations younger than the offload's `min_age` (pages
     /// touched about that recently: its warm set), read while those
@@ -251,6 +258,10 @@ pub struct PolicyParams {
     /// in the demo it evened identical tenants out but was not ahead of the
     /// plain band everywhere (docs/NOTES.md "The inside-band trade").
     pub band_trade: bool,
+    /// Hot swap ([`ContainerPlan::swap_bytes`] for a container that is not
+    /// assisted): a container at its target trades its idle fast-tier pages
+    /// for its known-hot lower-tier pages.
+    pub hot_swap: bool,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -300,6 +311,7 @@ impl Default for PolicyParams {
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
             band_trade: false,
+            hot_swap: true,
         }
     }
 }
@@ -387,6 +399,16 @@ pub struct ContainerPlan {
     /// (a newcomer's never-touched first pages, kept on DRAM by its own
     /// protection, make way for its hot set; docs/NOTES.md "Within-share
     /// swap").
+    ///
+    /// Hot swap (with [`PolicyParams::hot_swap`]), the same for a container
+    /// that is not assisted: at its target (damped or not), with at least a
+    /// sixteenth band of known-hot pages on the lower tier
+    /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
+    /// of its fast-tier pages idle for [`crate::HOT_SWAP_MIN_AGE_MS`] and
+    /// the daemon's recall moves those pages into the room. It repairs
+    /// what a fast demotion got wrong: a container cut to its share in a
+    /// few seconds loses hot pages with the cold, and in a steady state the
+    /// kernel no longer promotes them (docs/NOTES.md "Hot swap").
     pub swap_bytes: u64,
     /// Inside-band trade (only with [`PolicyParams::band_trade`], off by
     /// default): the container is inside its band but at least a

@@ -347,12 +347,28 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // at its target trades its oldest fast-tier pages for its hot
     // lower-tier regions, charged to both its buckets. Its own demotion
     // makes the room, so nobody else's claim or the headroom pays for it.
+    // The hot swap is the same for one that is not assisted, with its
+    // known-hot pages: at least a sixteenth band of them (a smaller trade
+    // is not worth the aging it takes). Damped or not: its halves move
+    // different pages (idle ones down, hot ones up), which is not
+    // ping-pong, and a container damped after a fast cut is the one whose
+    // hot pages went down with its cold ones.
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.assisted && p.state == PlacementState::AtTarget)
-        .filter_map(|(i, _)| {
-            let hot = cs[i].lower_hot_bytes?.min(cs[i].slow_bytes);
+        .filter(|(_, p)| p.state == PlacementState::AtTarget)
+        .filter_map(|(i, p)| {
+            let hot = if p.assisted {
+                cs[i].lower_hot_bytes?
+            } else {
+                let known = cs[i].known_hot_below_bytes;
+                let min = (band_bytes(params, p.target_bytes) / 16).max(1);
+                if !params.hot_swap || known < min {
+                    return None;
+                }
+                known
+            };
+            let hot = hot.min(cs[i].slow_bytes);
             (hot > 0).then_some((i, hot))
         })
         .collect();

@@ -31,6 +31,7 @@ fn params() -> PolicyParams {
         scan_pace_ms: 30_000,
         assist_after_ms: 0,
         band_trade: false,
+        hot_swap: true,
     }
 }
 
@@ -45,6 +46,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         migrations: Default::default(),
         recallable_bytes: 0,
         lower_hot_bytes: None,
+        known_hot_below_bytes: 0,
         warm_bytes: None,
     }
 }
@@ -1691,4 +1693,86 @@ proptest! {
         let demoted = |plan: &Plan| plan.containers.iter().map(|c| c.demote_bytes).sum::<u64>();
         prop_assert!(demoted(&after) <= demoted(&before));
     }
+}
+
+// ---- Hot swap ----------------------------------------------------------------
+
+/// Two identical tenants sharing the pool, each at its target (inside its
+/// band), the second with `known` bytes of known-hot pages on its lower
+/// tier.
+fn hot_swap_case(known: u64) -> Snapshot {
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 505 * MIB, 195 * MIB), c(2, 505 * MIB, 195 * MIB)],
+    );
+    s.elapsed_ms = 2_000;
+    s.containers[1].known_hot_below_bytes = known;
+    s
+}
+
+#[test]
+fn a_container_at_its_target_swaps_idle_pages_for_its_known_hot_lower_tier_pages() {
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        ..params()
+    };
+    let plan = run(&hot_swap_case(8 * MIB), &p);
+    let (a, b) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+    assert_eq!(
+        (a.state, b.state),
+        (PlacementState::AtTarget, PlacementState::AtTarget)
+    );
+    assert!(!b.assisted);
+    // Both halves, within its share: no one else gives room for it.
+    assert_eq!(
+        (b.swap_bytes, b.demote_bytes, b.promote_bytes),
+        (8 * MIB, 8 * MIB, 8 * MIB)
+    );
+    assert_eq!((a.swap_bytes, a.demote_bytes), (0, 0));
+    assert_eq!(plan.need_bytes, 0);
+    // Under a sixteenth of its band (1 MiB): not worth an aging.
+    let plan = run(&hot_swap_case(MIB - 4096), &p);
+    assert_eq!(plan.get(2).unwrap().swap_bytes, 0);
+    // Off: none.
+    let off = PolicyParams {
+        hot_swap: false,
+        ..p.clone()
+    };
+    assert_eq!(
+        run(&hot_swap_case(8 * MIB), &off)
+            .get(2)
+            .unwrap()
+            .swap_bytes,
+        0
+    );
+    // Damped (a fast cut moved much both ways): it still swaps, idle pages
+    // down and hot ones up are not ping-pong.
+    let mut s = hot_swap_case(8 * MIB);
+    s.containers[1].migrations = Migrations {
+        demoted_bytes: 512 * MIB,
+        promoted_bytes: 512 * MIB,
+        pingpong_bytes: 0,
+    };
+    let mut st = PolicyState::default();
+    for _ in 0..3 {
+        solve(&s, &p, &mut st);
+    }
+    let n = solve(&s, &p, &mut st).get(2).unwrap().clone();
+    assert!(n.damping_level > 0, "{n:?}");
+    assert_eq!(n.swap_bytes, 8 * MIB);
+    // Bounded by its slow bytes and its demotion bucket (4 MiB/s, 1 s).
+    let slow = PolicyParams {
+        container_demote_bytes_per_s: 4 * MIB,
+        ..p.clone()
+    };
+    assert_eq!(
+        run(&hot_swap_case(8 * MIB), &slow)
+            .get(2)
+            .unwrap()
+            .swap_bytes,
+        4 * MIB
+    );
+    let mut s = hot_swap_case(300 * MIB);
+    s.containers[1].slow_bytes = 6 * MIB;
+    assert_eq!(run(&s, &p).get(2).unwrap().swap_bytes, 6 * MIB);
 }

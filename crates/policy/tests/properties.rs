@@ -27,9 +27,10 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
         proptest::bool::weighted(0.1),
         proptest::option::of(0..=8 * GIB),
         prop_oneof![Just(0), 0..=GIB],
+        prop_oneof![Just(0), 0..=GIB],
     )
         .prop_map(
-            |(fast, slow, hot, low, high, weight, opt_out, lower_hot, recallable)| {
+            |(fast, slow, hot, low, high, weight, opt_out, lower_hot, recallable, known_hot)| {
                 ContainerSnapshot {
                     id: 0,
                     name: String::new(),
@@ -46,6 +47,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     migrations: Default::default(),
                     recallable_bytes: recallable,
                     lower_hot_bytes: lower_hot,
+                    known_hot_below_bytes: known_hot,
                     warm_bytes: None,
                 }
             },
@@ -85,6 +87,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         any::<bool>(),
         0..=10_000u64,
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -98,6 +101,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 tierd_promotes,
                 assist_after_ms,
                 band_trade,
+                hot_swap,
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -116,6 +120,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 scan_pace_ms: 30_000,
                 assist_after_ms,
                 band_trade,
+                hot_swap,
             },
         )
 }
@@ -220,11 +225,18 @@ proptest! {
         let mut promoted = 0u64;
         for c in &s.containers {
             let pc = plan.get(c.id).unwrap();
-            prop_assert!(pc.demote_bytes <= c.fast_bytes.saturating_sub(pc.target_bytes));
+            // A hot swap (a container at its target) moves as many bytes
+            // each way within its share; the rest is bounded by the gap.
+            let own_demote = pc.demote_bytes - pc.swap_bytes;
+            let own_promote = pc.promote_bytes - pc.swap_bytes;
+            prop_assert!(own_demote <= c.fast_bytes.saturating_sub(pc.target_bytes));
             prop_assert!(pc.promote_bytes <= c.slow_bytes);
-            prop_assert!(pc.promote_bytes <= pc.target_bytes.saturating_sub(c.fast_bytes));
+            prop_assert!(own_promote <= pc.target_bytes.saturating_sub(c.fast_bytes));
+            if pc.swap_bytes > 0 {
+                prop_assert!(pc.state == PlacementState::AtTarget && own_demote == 0 && own_promote == 0, "{pc:?}");
+            }
             // Over target, or above it inside the band for a trader.
-            if pc.demote_bytes > 0 {
+            if own_demote > 0 {
                 prop_assert!(
                     pc.state == PlacementState::OverTarget
                         || (pc.state == PlacementState::AtTarget
@@ -236,7 +248,7 @@ proptest! {
             if pc.band_trade {
                 prop_assert!(pc.state == PlacementState::AtTarget && c.fast_bytes < pc.target_bytes);
             }
-            if pc.promote_bytes > 0 {
+            if own_promote > 0 {
                 prop_assert_eq!(pc.state, PlacementState::UnderTarget);
             }
             prop_assert!(pc.demote_bytes as f64 <= p.container_demote_bytes_per_s as f64 * burst);
@@ -337,6 +349,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: None,
+                known_hot_below_bytes: 0,
                 warm_bytes: None,
             };
             s.containers.push(pair(1, split_a, hot_a));
@@ -417,8 +430,16 @@ proptest! {
             discretionary += u128::from(own.saturating_sub(above_high));
             prop_assert!(pc.swap_bytes <= pc.promote_bytes, "{pc:?}");
             if pc.swap_bytes > 0 {
-                prop_assert!(pc.assisted && pc.state == PlacementState::AtTarget, "{pc:?}");
-                prop_assert!(pc.swap_bytes <= c.lower_hot_bytes.unwrap_or(0).min(c.slow_bytes));
+                // Within-share swap (assisted: DAMON's hot regions) or hot
+                // swap (known-hot pages, only when enabled).
+                prop_assert!(pc.state == PlacementState::AtTarget, "{pc:?}");
+                let hot = if pc.assisted {
+                    c.lower_hot_bytes.unwrap_or(0)
+                } else {
+                    prop_assert!(p.hot_swap, "{pc:?}");
+                    c.known_hot_below_bytes
+                };
+                prop_assert!(pc.swap_bytes <= hot.min(c.slow_bytes));
                 prop_assert!(pc.demote_bytes == pc.swap_bytes, "{pc:?}");
             }
         }

@@ -487,6 +487,16 @@ pub struct HotnessConfig {
     /// `CONFIG_NODES_SHIFT` of the running kernel, for the probe (the node id
     /// is the top bits of a folio's flags; not in BTF). Debian: 10.
     pub nodes_shift: u32,
+    /// A declined NUMA hint fault that came within this long of the scan
+    /// that unmapped its page (the latency the kernel's own hot-page test
+    /// measures, read by the probe) marks the page hot, as a kernel
+    /// promotion does: recall takes it first and the hot swap trades it
+    /// in. 250 ms, a quarter of the kernel's default threshold: at the
+    /// default, a page touched once every 3 s passes a quarter of the time
+    /// and the lower tier's tail outnumbers its misplaced hot pages; 0
+    /// turns it off. docs/NOTES.md "Hot swap".
+    #[serde(deserialize_with = "de_duration")]
+    pub hot_latency: Duration,
 }
 
 /// `[hotness] hint_faults`: defined beside the monitor that reads it.
@@ -539,6 +549,7 @@ impl Default for HotnessConfig {
             node_samples: 16384,
             hint_faults: HintFaultSource::Auto,
             nodes_shift: hotness::probe::DEFAULT_NODES_SHIFT,
+            hot_latency: Duration::from_millis(250),
         }
     }
 }
@@ -612,6 +623,12 @@ pub struct LimitsConfig {
     /// theirs give the room. Off by default (docs/NOTES.md "The inside-band
     /// trade").
     pub band_trade: bool,
+    /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
+    /// target (damped or not) with at least a sixteenth band of known-hot pages
+    /// on the lower tier demotes as many of its fast-tier pages idle for
+    /// 5 s and recall moves the hot ones into the room (needs lru_gen and
+    /// `daemon.recall`). docs/NOTES.md "Hot swap".
+    pub hot_swap: bool,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -640,6 +657,7 @@ impl Default for LimitsConfig {
             promote_scan_period: PROMOTE_SCAN_PERIOD,
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
             band_trade: p.band_trade,
+            hot_swap: p.hot_swap,
         }
     }
 }
@@ -1384,6 +1402,7 @@ impl Config {
                 0
             },
             band_trade: l.band_trade,
+            hot_swap: l.hot_swap && self.daemon.recall,
         }
     }
 }

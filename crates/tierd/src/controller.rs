@@ -147,6 +147,9 @@ pub struct Controller {
     cadence: cadence::Cadence,
     /// Pages the kernel promoted, per container (`recall.rs`).
     known_hot: recall::KnownHot,
+    /// Bytes each container's hot swap evicted this cycle: the room its
+    /// promotion half (recall) fills (`ContainerPlan::swap_bytes`).
+    swap_room: HashMap<u64, u64>,
     /// The kernel's promotion rate limit in a steady state (`gate.rs`).
     gate: gate::PromotionGate,
     /// Containers under promotion assist at the last solve (`assist.rs`):
@@ -387,6 +390,7 @@ impl Controller {
             revive_with: Vec::new(),
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
+            swap_room: HashMap::new(),
             assisted: HashSet::new(),
             owed: HashSet::new(),
             swapping: HashSet::new(),
@@ -522,6 +526,7 @@ impl Controller {
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
                 lower_hot_bytes: self.lower_hot_bytes(m.id),
+                known_hot_below_bytes: self.known_hot.known_hot_below(m.id),
                 warm_bytes: self.warm_bytes(&m, &mut warm_gens),
             });
             kept.push(m);

@@ -85,6 +85,10 @@ enum Mode {
     /// The scenario's config with `limits.band_trade = true` (the
     /// inside-band trade), to compare with `tierd` in the same boot.
     TierdTrade,
+    /// The scenario's config with `limits.hot_swap = false` and
+    /// `hotness.hot_latency = "0"` (no hot swap; declined hint faults never
+    /// count as hot), to compare with `tierd` in the same boot.
+    TierdNoswap,
 }
 
 impl Mode {
@@ -101,6 +105,7 @@ impl Mode {
             Mode::TierdHot => "tierd-hot",
             Mode::TierdHeat => "tierd-heat",
             Mode::TierdTrade => "tierd-trade",
+            Mode::TierdNoswap => "tierd-noswap",
         }
     }
 
@@ -126,6 +131,10 @@ impl Mode {
             ],
             Mode::TierdHeat => &[("hotness", "source", toml::Value::from("damon"))],
             Mode::TierdTrade => &[("limits", "band_trade", toml::Value::from(true))],
+            Mode::TierdNoswap => &[
+                ("limits", "hot_swap", toml::Value::from(false)),
+                ("hotness", "hot_latency", toml::Value::from("0")),
+            ],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -863,7 +872,8 @@ fn run_mode(
         | Mode::TierdDamos
         | Mode::TierdHot
         | Mode::TierdHeat
-        | Mode::TierdTrade => {
+        | Mode::TierdTrade
+        | Mode::TierdNoswap => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -1821,6 +1831,11 @@ mod tests {
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
         assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
         assert_eq!(Mode::Tierd.tierd_config(text).unwrap(), text);
+        let v: toml::Table =
+            toml::from_str(&Mode::TierdNoswap.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(false));
+        assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("0"));
+        assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
     }
 
     /// Every scenario file of the repository is one tierscen accepts (its

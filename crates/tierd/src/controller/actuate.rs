@@ -75,6 +75,7 @@ impl Controller {
         // lower tier has taken pages so far (the rest waits for the
         // next cycle: the plan asks again).
         let mut budget = self.demotion_pace.budget(self.cfg.daemon.interval);
+        self.swap_room.clear();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             let want = p
@@ -86,10 +87,18 @@ impl Controller {
             }
             budget -= demote;
             // A within-share swap's half goes first, cold pages only; where
-            // lru_gen is not used it stays in the LRU-order demotion.
+            // lru_gen is not used it stays in the LRU-order demotion. The
+            // hot swap trades idle pages only: without lru_gen, none.
             let swap = p.swap_bytes.min(demote);
-            let (demote, swap_left) = match self.swap_out(m, swap, &mut gens, &mut agings) {
+            let min_age = if p.assisted {
+                policy::SWAP_MIN_AGE_MS
+            } else {
+                policy::HOT_SWAP_MIN_AGE_MS
+            };
+            let (demote, swap_left) = match self.swap_out(m, swap, min_age, &mut gens, &mut agings)
+            {
                 Some(()) => (demote - swap, 0),
+                None if !p.assisted => (demote - swap, 0),
                 None => (demote, swap),
             };
             if demote < MIN_RECLAIM_BYTES {
@@ -220,19 +229,22 @@ impl Controller {
         }
     }
 
-    /// The demotion half of a within-share swap (`ContainerPlan::swap_bytes`,
-    /// bytes): the container's fast-tier pages in MGLRU generations at
-    /// least [`policy::SWAP_MIN_AGE_MS`] old, up to `bytes`
-    /// ([`Self::evict_cold`] on the fast nodes, which ages first when the
-    /// youngest generation is stale). What was not that cold stays: the
-    /// assist's promotion half then finds only the room these pages left,
+    /// The demotion half of a within-share or hot swap
+    /// (`ContainerPlan::swap_bytes`, bytes): the container's fast-tier pages
+    /// in MGLRU generations at least `min_age_ms` old
+    /// ([`policy::SWAP_MIN_AGE_MS`], [`policy::HOT_SWAP_MIN_AGE_MS`]), up
+    /// to `bytes` ([`Self::evict_cold`] on the fast nodes, which ages first
+    /// when the youngest generation is stale), recorded as the container's
+    /// `swap_room`. What was not that cold stays: the promotion half (the
+    /// assist's, or recall's) then finds only the room these pages left,
     /// so the swap neither trades warm pages nor leaves DRAM empty. `None`
-    /// when tierd does not use lru_gen (the caller demotes in LRU order);
-    /// errors are logged and counted, and the swap skips this cycle.
+    /// when tierd does not use lru_gen; errors are logged and counted, and
+    /// the swap skips this cycle.
     fn swap_out(
         &mut self,
         m: &Managed,
         bytes: u64,
+        min_age_ms: u64,
         gens: &mut Option<Vec<MemcgGens>>,
         agings: &mut Agings,
     ) -> Option<()> {
@@ -240,11 +252,12 @@ impl Controller {
             return Some(());
         }
         let fast = self.topo.fast_nodes();
-        match self.evict_cold(m, bytes, policy::SWAP_MIN_AGE_MS, &fast, gens, agings)? {
+        match self.evict_cold(m, bytes, min_age_ms, &fast, gens, agings)? {
             Ok(taken) => {
+                self.swap_room.insert(m.id, taken);
                 tracing::debug!(container = %m.path, asked = bytes, cold = taken,
-                    "within-share swap: demoted its pages untouched for {} s",
-                    policy::SWAP_MIN_AGE_MS / 1000);
+                    "swap: demoted its pages untouched for {} s",
+                    min_age_ms / 1000);
                 self.metrics
                     .container_demote_requested_bytes
                     .get_or_create(&ContainerLabels {
@@ -254,7 +267,7 @@ impl Controller {
             }
             Err(cgroupctl::Error::Vanished(_)) => {}
             Err(e) => {
-                tracing::warn!(container = %m.path, error = %e, "within-share swap: eviction failed");
+                tracing::warn!(container = %m.path, error = %e, "swap: eviction failed");
                 self.count_error(&m.path, "reclaim", &e);
             }
         }

@@ -354,6 +354,20 @@ impl KnownHot {
         self.by_container.get(&c).map_or(0, |k| k.recallable)
     }
 
+    /// Bytes of container `c`'s known-hot pages last seen on the lower tier
+    /// (by the probe's record or a query; not those recall moved since,
+    /// which the next check queries): what the hot swap may trade in
+    /// ([`policy::ContainerSnapshot::known_hot_below_bytes`]).
+    pub(super) fn known_hot_below(&self, c: u64) -> u64 {
+        self.by_container.get(&c).map_or(0, |k| {
+            k.order
+                .iter()
+                .filter(|p| p.seen && !p.fast)
+                .map(|p| p.bytes)
+                .sum()
+        })
+    }
+
     /// Pages known for container `c`, hot and declined.
     pub(super) fn known(&self, c: u64) -> usize {
         self.by_container.get(&c).map_or(0, |k| k.order.len())
@@ -390,13 +404,22 @@ impl KnownHot {
     /// demotion count now), and returns those pages, hot ones first. The
     /// solver claims at most what the container lacks of its target and
     /// recall moves no more, so pages beyond `enough` need no query (each
-    /// costs a page-table walk).
-    fn check(&mut self, c: u64, lower: &[u32], demoted: Option<u64>, enough: u64) -> Recallable {
+    /// costs a page-table walk). `declined`: whether declined pages may
+    /// make up the rest (not for the hot swap, which trades idle pages for
+    /// hot ones only).
+    fn check(
+        &mut self,
+        c: u64,
+        lower: &[u32],
+        demoted: Option<u64>,
+        enough: u64,
+        declined: bool,
+    ) -> Recallable {
         let k = self.by_container.entry(c).or_default();
         k.checked_at = demoted;
         let (mut out, mut found, queried) = k.query(lower, enough);
         self.queried += queried;
-        if found < enough {
+        if found < enough && declined {
             if let Some(d) = self.declined.get_mut(&c) {
                 let (more, bytes, queried) = d.query(lower, enough - found);
                 self.queried += queried;
@@ -436,7 +459,9 @@ impl Controller {
     /// most what it lacks of its target (÷ 2^damping level) and what free
     /// fast-tier memory exceeds the headroom by; only containers under
     /// target − band, and those trading inside their band
-    /// (`ContainerPlan::band_trade`), claim room for them (the solver). Returns true while
+    /// (`ContainerPlan::band_trade`), claim room for them (the solver).
+    /// A container in a hot swap gets at least the room its own eviction
+    /// made this cycle, for its known-hot pages only. Returns true while
     /// recall makes progress or an under-target container has known-hot
     /// pages left on the lower tier (the cycle is not quiet).
     pub(super) fn recall(&mut self, managed: &[Managed], snapshot: &Snapshot, plan: &Plan) -> bool {
@@ -449,16 +474,24 @@ impl Controller {
             .map(|c| (c.id, c.fast_bytes))
             .collect();
         // (container, bytes it may recall this cycle, bytes it lacks of its
-        // target, under target − band, trading inside its band)
-        let mut short: Vec<(&Managed, u64, u64, bool, bool)> = Vec::new();
+        // target, under target − band, trading inside its band, the room
+        // its hot swap made)
+        let mut short: Vec<(&Managed, u64, u64, bool, bool, u64)> = Vec::new();
         for m in managed {
             let (Some(p), Some(&fast)) = (plan.get(m.id), fast_bytes.get(&m.id)) else {
                 continue;
             };
+            // The hot swap's promotion half: what its eviction freed
+            // (ContainerPlan::swap_bytes of a container not assisted).
+            let swapped = if p.assisted {
+                0
+            } else {
+                self.swap_room.get(&m.id).copied().unwrap_or(0)
+            };
             let enough = if p.state == PlacementState::Pinned {
                 0
             } else {
-                p.target_bytes.saturating_sub(fast)
+                p.target_bytes.saturating_sub(fast).max(swapped)
             };
             let lack = enough >> p.damping_level.min(63);
             if lack == 0 || self.known_hot.known(m.id) == 0 {
@@ -471,6 +504,7 @@ impl Controller {
                 enough,
                 p.state == PlacementState::UnderTarget,
                 p.band_trade,
+                swapped,
             ));
         }
         if short.is_empty() {
@@ -481,17 +515,21 @@ impl Controller {
         };
         let mut pending = false;
         let mut results = Vec::new();
-        for (m, lack, enough, under, trade) in short {
+        for (m, lack, enough, under, trade, swapped) in short {
             let demoted = self.counters.get(&m.id).map(|c| {
                 c.demote_kswapd + c.demote_direct + c.demote_proactive + c.demote_khugepaged
             });
             // Within its band a container claims nothing unless it trades
-            // (ContainerPlan::band_trade): without free room a query would
-            // find pages it can neither move nor claim room for.
-            if self.known_hot.unchanged(m.id, demoted) || (!under && !trade && room == 0) {
+            // (ContainerPlan::band_trade) or swaps: without free room a
+            // query would find pages it can neither move nor claim room for.
+            if swapped == 0
+                && (self.known_hot.unchanged(m.id, demoted) || (!under && !trade && room == 0))
+            {
                 continue;
             }
-            let found = self.known_hot.check(m.id, &lower, demoted, enough);
+            let found = self
+                .known_hot
+                .check(m.id, &lower, demoted, enough, swapped == 0);
             let budget = lack.min(room);
             let mut mv = Moved::default();
             for (pid, pages) in &found {
@@ -572,7 +610,7 @@ mod tests {
         };
         // Not on a "lower" node: nothing to recall, unmapped and gone dropped.
         assert!(k
-            .check(1, &[node_of_page + 1], Some(5), u64::MAX)
+            .check(1, &[node_of_page + 1], Some(5), u64::MAX, true)
             .is_empty());
         assert_eq!(k.recallable(1), 0);
         assert_eq!(k.known(1), 1);
@@ -582,9 +620,11 @@ mod tests {
         // Its node counted as lower: it is recallable once its slice of the
         // pages seen on the fast tier is due (every REQUERY_SLICES checks).
         for _ in 1..REQUERY_SLICES {
-            assert!(k.check(1, &[node_of_page], Some(6), u64::MAX).is_empty());
+            assert!(k
+                .check(1, &[node_of_page], Some(6), u64::MAX, true)
+                .is_empty());
         }
-        let found = k.check(1, &[node_of_page], Some(6), u64::MAX);
+        let found = k.check(1, &[node_of_page], Some(6), u64::MAX, true);
         assert_eq!(found, vec![(me, vec![(page, 4096)])]);
         assert_eq!(k.recallable(1), 4096);
         // Pages left to recall are looked at again whatever the count.
@@ -630,14 +670,14 @@ mod tests {
         let n = CHECK_CHUNK + 1;
         let (buf, first, node, mut k) = own_known_pages(n);
         // One byte is enough: one chunk, the newest pages, is queried.
-        let found = k.check(1, &[node], None, 1);
+        let found = k.check(1, &[node], None, 1, true);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].1.len(), CHECK_CHUNK);
         assert_eq!(found[0].1[0].0, first + (n as u64 - 1) * 4096);
         assert_eq!(k.recallable(1), CHECK_CHUNK as u64 * 4096);
         // Without a bound every page is: those found stand, the last one
         // is queried.
-        let found = k.check(1, &[node], None, u64::MAX);
+        let found = k.check(1, &[node], None, u64::MAX, true);
         assert_eq!(found[0].1.len(), n);
         assert_eq!(k.recallable(1), n as u64 * 4096);
         drop(buf);
@@ -658,7 +698,7 @@ mod tests {
         k.add_declined(1, [(me, first, 4096)]);
         assert_eq!(k.known(1), 4);
         // Two pages' worth is enough: the known-hot pages alone are queried.
-        let found = k.check(1, &[node], Some(1), 2 * 4096);
+        let found = k.check(1, &[node], Some(1), 2 * 4096, true);
         let pages: Vec<u64> = found
             .iter()
             .flat_map(|(_, p)| p.iter().map(|x| x.0))
@@ -667,7 +707,7 @@ mod tests {
         assert_eq!(k.declined[&1].checks, 0);
         // More than that: the declined pages, newest first, make up the
         // rest (on the lower tier when declined: no query needed).
-        let found = k.check(1, &[node], Some(1), 3 * 4096);
+        let found = k.check(1, &[node], Some(1), 3 * 4096, true);
         let pages: Vec<u64> = found
             .iter()
             .flat_map(|(_, p)| p.iter().map(|x| x.0))
@@ -677,7 +717,7 @@ mod tests {
         // All found on the fast tier (as after recall moved them) and
         // nothing demoted: no check is due until a declined page arrives.
         unsee_all(&mut k);
-        assert!(k.check(1, &[node + 1], Some(1), u64::MAX).is_empty());
+        assert!(k.check(1, &[node + 1], Some(1), u64::MAX, true).is_empty());
         assert!(k.unchanged(1, Some(1)));
         k.add_declined(1, [(me, first + 3 * 4096, 4096)]);
         assert!(
@@ -685,7 +725,7 @@ mod tests {
             "a declined page last seen on the fast tier is below again"
         );
         // The probe's word stands: it is recallable without a query.
-        let found = k.check(1, &[node + 1], Some(1), u64::MAX);
+        let found = k.check(1, &[node + 1], Some(1), u64::MAX, true);
         assert_eq!(found, vec![(me, vec![(first + 3 * 4096, 4096)])]);
         k.add_declined(1, [(me, first + 3 * 4096, 4096)]);
         assert_eq!(
@@ -706,11 +746,11 @@ mod tests {
         let n = 2 * REQUERY_SLICES as usize;
         let (buf, _, node, mut k) = own_known_pages(n);
         // First check: every page is new, so queried; all on the "fast" tier.
-        assert!(k.check(1, &[node + 1], None, u64::MAX).is_empty());
+        assert!(k.check(1, &[node + 1], None, u64::MAX, true).is_empty());
         // Now their node counts as lower: each check re-queries one slice of
         // the pages (2 pages); those found on the lower tier stand.
         for check in 1..=REQUERY_SLICES {
-            let found = k.check(1, &[node], None, u64::MAX);
+            let found = k.check(1, &[node], None, u64::MAX, true);
             let pages: usize = found.iter().map(|(_, p)| p.len()).sum();
             assert_eq!(pages as u64, 2 * check, "check {check}");
         }
@@ -733,15 +773,15 @@ mod tests {
         // The first check queries one slice (2 pages) and finds them on the
         // fast tier; the others stand as reported.
         let pages = |f: &Recallable| f.iter().map(|(_, p)| p.len()).sum::<usize>();
-        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), n - 2);
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX, true)), n - 2);
         // A kernel promotion puts a page on the fast tier at once.
         k.add(1, me, first + (n as u64 - 1) * 4096, 4096, true);
-        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), n - 5);
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX, true)), n - 5);
         // Every page is queried within REQUERY_SLICES checks.
         for _ in 2..REQUERY_SLICES {
-            k.check(1, &lower, None, u64::MAX);
+            k.check(1, &lower, None, u64::MAX, true);
         }
-        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX)), 0);
+        assert_eq!(pages(&k.check(1, &lower, None, u64::MAX, true)), 0);
         // Pages the mover looked at are queried at the next check: the two
         // its report accounts for (not the third), and with them this
         // check's slice (pages 1 and 5, one of them among those two).
@@ -751,7 +791,7 @@ mod tests {
         };
         let looked = [(first, 4096), (first + 4096, 4096), (first + 8192, 4096)];
         k.moved(1, me, &looked, &r);
-        let found = k.check(1, &[node], None, u64::MAX);
+        let found = k.check(1, &[node], None, u64::MAX, true);
         let mut addrs: Vec<u64> = found[0].1.iter().map(|p| p.0).collect();
         addrs.sort();
         assert_eq!(addrs, vec![first, first + 4096, first + 5 * 4096]);
