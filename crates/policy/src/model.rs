@@ -260,7 +260,9 @@ pub struct PolicyParams {
     pub band_trade: bool,
     /// Hot swap ([`ContainerPlan::swap_bytes`] for a container that is not
     /// assisted): a container at its target trades its idle fast-tier pages
-    /// for its known-hot lower-tier pages.
+    /// for its known-hot lower-tier pages. Off by default: in the demo it
+    /// put the newcomers' hottest pages on DRAM but cost tiering CPU (the
+    /// agings) and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
 }
 
@@ -311,7 +313,7 @@ impl Default for PolicyParams {
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
             band_trade: false,
-            hot_swap: true,
+            hot_swap: false,
         }
     }
 }

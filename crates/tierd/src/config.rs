@@ -491,10 +491,11 @@ pub struct HotnessConfig {
     /// that unmapped its page (the latency the kernel's own hot-page test
     /// measures, read by the probe) marks the page hot, as a kernel
     /// promotion does: recall takes it first and the hot swap trades it
-    /// in. 250 ms, a quarter of the kernel's default threshold: at the
-    /// default, a page touched once every 3 s passes a quarter of the time
-    /// and the lower tier's tail outnumbers its misplaced hot pages; 0
-    /// turns it off. docs/NOTES.md "Hot swap".
+    /// in. 0 (the default) turns it off; "250ms", a quarter of the kernel's
+    /// default threshold, goes with `limits.hot_swap`: at the kernel's 1 s
+    /// a page touched once every 3 s passes a quarter of the time and the
+    /// lower tier's tail outnumbers its misplaced hot pages. docs/NOTES.md
+    /// "Hot swap".
     #[serde(deserialize_with = "de_duration")]
     pub hot_latency: Duration,
 }
@@ -549,7 +550,7 @@ impl Default for HotnessConfig {
             node_samples: 16384,
             hint_faults: HintFaultSource::Auto,
             nodes_shift: hotness::probe::DEFAULT_NODES_SHIFT,
-            hot_latency: Duration::from_millis(250),
+            hot_latency: Duration::ZERO,
         }
     }
 }
@@ -627,7 +628,9 @@ pub struct LimitsConfig {
     /// target (damped or not) with at least a sixteenth band of known-hot pages
     /// on the lower tier demotes as many of its fast-tier pages idle for
     /// 5 s and recall moves the hot ones into the room (needs lru_gen and
-    /// `daemon.recall`). docs/NOTES.md "Hot swap".
+    /// `daemon.recall`; goes with `hotness.hot_latency`). Off by default: in the
+    /// demo it put the newcomers' hottest pages on DRAM but cost tiering CPU
+    /// and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
 }
 

@@ -1838,6 +1838,114 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
 }
 
+/// The hot swap: a container at its target (capped at `local_high` = 96
+/// MiB) holds 96 MiB of idle pages on DRAM while its 48 MiB hot set runs
+/// from the lower tier. With the kernel's hot threshold at 0 ms the kernel
+/// promotes nothing, and recall serves only containers under their target:
+/// with `hot_swap = false` the hot set stays below (the baseline, same
+/// boot). With it, the probe's hint-fault latencies mark the hot pages,
+/// tierd demotes idle pages (MGLRU generations 5 s old) and recall moves
+/// the hot ones into the room: the hot set reaches DRAM while the
+/// container's DRAM stays at its target.
+#[test]
+fn a_container_at_its_target_swaps_idle_pages_for_its_hot_lower_tier_pages() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+echo 0 > /proc/sys/kernel/numa_balancing
+# Two leaves of one container (a cpuset.mems change migrates the pages
+# already there, so each process gets its own): 96 MiB touched once on
+# DRAM (a 1 MiB hot set), a 48 MiB hot set on the lower tier.
+mkcg tenants.slice/a/idle; mkcg tenants.slice/a/hot
+echo +cpuset > $CG/cgroup.subtree_control
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+echo +cpuset > $CG/tenants.slice/a/cgroup.subtree_control
+echo 0 > $CG/tenants.slice/a/idle/cpuset.mems
+echo 1 > $CG/tenants.slice/a/hot/cpuset.mems
+start_in tenants.slice/a/idle tierload hotset --size-mib 96 --hot-mib 1 --report-s 0 > /dev/null
+wait_usage tenants.slice/a/idle 96 60 || exit 1
+start_log tenants.slice/a/hot /tmp/a.log tierload hotset --size-mib 48 --hot-mib 48 --report-s 1 > /dev/null
+wait_usage tenants.slice/a/hot 48 60 || exit 1
+echo 0-1 > $CG/tenants.slice/a/hot/cpuset.mems
+emit_node tenants.slice/a
+NB=/sys/kernel/debug/sched/numa_balancing
+[ -d $NB ] || mount -t debugfs none /sys/kernel/debug
+echo 0 > $NB/hot_threshold_ms || { echo "FAIL: cannot write $NB/hot_threshold_ms"; exit 1; }
+echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
+config() {
+    printf '[daemon]\ninterval = "1s"\nassist_after = "0s"\n[limits]\nhot_swap = %s\n[hotness]\nhot_latency = "250ms"\n[[policy]]\nmatch = "tenants.slice/*"\nlocal_high = "96MiB"\n' $1 > /tmp/t.toml
+}
+hot() { grep '^{' /tmp/a.log | tail -1 | grep -o '"hot_residency":[0-9.e-]*' | cut -d: -f2; }
+# Baseline: no swap. Known-hot pages pile up (hint faults within 250 ms of
+# each scan); 20 full cycles, and the hot set must still be below.
+config false
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+for i in $(seq 20); do next_cycle || exit 1; done
+echo "BASELINE_HOT $(hot)"
+emit_node tenants.slice/a
+kill -TERM $TIERD; wait $TIERD
+# The swap: until the hot set is 90% on DRAM, 120 s at most.
+config true
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+i=0
+until hot_at_least 0.9 1; do
+    i=$((i + 1)); [ $i -gt 120 ] && break
+    sleep 1
+done
+echo "SWAP_SECONDS $i"
+next_cycle || exit 1
+echo "SWAP_HOT $(hot)"
+emit_node tenants.slice/a
+emit_status
+kill -TERM $TIERD; wait $TIERD
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let hot = |k: &str| -> f64 { field(&g.output, k).parse().unwrap_or(-1.0) };
+    let n = nodes(&g.output, "tenants.slice/a");
+    assert_eq!(n.len(), 3, "{n:?}\n{}", g.output);
+    assert!(
+        n[0].0 >= 90 && n[0].1 >= 44,
+        "the idle pages should start on DRAM and the hot set below: {n:?}\n{}",
+        g.output
+    );
+    let recalled = recalled_bytes(&g.output, "tenants.slice/a");
+    let secs = field(&g.output, "SWAP_SECONDS");
+    assert!(
+        (0.0..0.3).contains(&hot("BASELINE_HOT")),
+        "without the hot swap the hot set should stay on the lower tier (hot residency {}; DRAM {:?}):\n{}",
+        hot("BASELINE_HOT"),
+        n,
+        g.output
+    );
+    assert!(
+        hot("SWAP_HOT") >= 0.9 && recalled >= 40 * MIB,
+        "with it the hot set should come to DRAM: hot residency {} after {secs} s, {recalled} B recalled (≥ 40 MiB):\n{}",
+        hot("SWAP_HOT"),
+        g.output
+    );
+    // Within its share: DRAM at most its target (96 MiB) and band.
+    assert!(
+        n[2].0 <= 96 + 16 + 4,
+        "DRAM {} MiB after the swap, above target + band:\n{}",
+        n[2].0,
+        g.output
+    );
+    eprintln!(
+        "hot swap: hot residency {} (baseline {}) after {secs} s, {} MiB recalled, DRAM {} MiB",
+        hot("SWAP_HOT"),
+        hot("BASELINE_HOT"),
+        recalled / MIB,
+        n[2].0
+    );
+}
+
 /// A container above its target loses its cold pages first (cold-first
 /// demotion through move_pages on DAMON's idle regions); its hot set stays
 /// in DRAM.

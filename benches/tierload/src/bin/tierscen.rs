@@ -85,10 +85,10 @@ enum Mode {
     /// The scenario's config with `limits.band_trade = true` (the
     /// inside-band trade), to compare with `tierd` in the same boot.
     TierdTrade,
-    /// The scenario's config with `limits.hot_swap = false` and
-    /// `hotness.hot_latency = "0"` (no hot swap; declined hint faults never
-    /// count as hot), to compare with `tierd` in the same boot.
-    TierdNoswap,
+    /// The scenario's config with `limits.hot_swap = true` and
+    /// `hotness.hot_latency = "250ms"` (the hot swap), to compare with
+    /// `tierd` in the same boot.
+    TierdSwap,
 }
 
 impl Mode {
@@ -105,7 +105,7 @@ impl Mode {
             Mode::TierdHot => "tierd-hot",
             Mode::TierdHeat => "tierd-heat",
             Mode::TierdTrade => "tierd-trade",
-            Mode::TierdNoswap => "tierd-noswap",
+            Mode::TierdSwap => "tierd-swap",
         }
     }
 
@@ -131,9 +131,9 @@ impl Mode {
             ],
             Mode::TierdHeat => &[("hotness", "source", toml::Value::from("damon"))],
             Mode::TierdTrade => &[("limits", "band_trade", toml::Value::from(true))],
-            Mode::TierdNoswap => &[
-                ("limits", "hot_swap", toml::Value::from(false)),
-                ("hotness", "hot_latency", toml::Value::from("0")),
+            Mode::TierdSwap => &[
+                ("limits", "hot_swap", toml::Value::from(true)),
+                ("hotness", "hot_latency", toml::Value::from("250ms")),
             ],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
@@ -873,7 +873,7 @@ fn run_mode(
         | Mode::TierdHot
         | Mode::TierdHeat
         | Mode::TierdTrade
-        | Mode::TierdNoswap => {
+        | Mode::TierdSwap => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -1831,10 +1831,9 @@ mod tests {
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
         assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
         assert_eq!(Mode::Tierd.tierd_config(text).unwrap(), text);
-        let v: toml::Table =
-            toml::from_str(&Mode::TierdNoswap.tierd_config(text).unwrap()).unwrap();
-        assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(false));
-        assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("0"));
+        let v: toml::Table = toml::from_str(&Mode::TierdSwap.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(true));
+        assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("250ms"));
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
     }
 

@@ -488,12 +488,15 @@ impl Controller {
             } else {
                 self.swap_room.get(&m.id).copied().unwrap_or(0)
             };
-            let enough = if p.state == PlacementState::Pinned {
+            let gap = if p.state == PlacementState::Pinned {
                 0
             } else {
-                p.target_bytes.saturating_sub(fast).max(swapped)
+                p.target_bytes.saturating_sub(fast)
             };
-            let lack = enough >> p.damping_level.min(63);
+            // Damping slows what a container claims, not the refill of the
+            // room its own swap made.
+            let enough = gap.max(swapped);
+            let lack = (gap >> p.damping_level.min(63)).max(swapped);
             if lack == 0 || self.known_hot.known(m.id) == 0 {
                 self.known_hot.settle(m.id);
                 continue;
