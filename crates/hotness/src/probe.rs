@@ -507,6 +507,15 @@ impl HintFaultProbe {
         })
         .map_err(|e| libbpf_err("ring buffer", e))?;
         let declined_ring = rb.build().map_err(|e| libbpf_err("ring buffer", e))?;
+        // Loading parses the kernel's BTF (several MiB) for the CO-RE
+        // relocations and frees it; what the allocator keeps of it stayed in
+        // the daemon's RSS for good (13 → 23 MiB with the latency read's
+        // relocations, over half the unit's MemoryMin=). Give it back.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free heap memory to the kernel.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         Ok(HintFaultProbe {
             ring,
             declined_ring,
