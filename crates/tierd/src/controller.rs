@@ -526,7 +526,12 @@ impl Controller {
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
                 lower_hot_bytes: self.lower_hot_bytes(m.id),
-                known_hot_below_bytes: self.known_hot.known_hot_below(m.id),
+                // A walk of its known pages: only when the plan can use it.
+                known_hot_below_bytes: if self.cfg.limits.hot_swap {
+                    self.known_hot.known_hot_below(m.id)
+                } else {
+                    0
+                },
                 warm_bytes: self.warm_bytes(&m, &mut warm_gens),
             });
             kept.push(m);

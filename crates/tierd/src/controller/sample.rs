@@ -274,18 +274,24 @@ impl Controller {
                 // A fault within the hot latency of its scan: hot by the
                 // kernel's own measure, sharper than its threshold (declined
                 // for its rate limit, or because the threshold is looser).
+                // Off (the default, 0): none is.
                 let hot_ms = self.cfg.hotness.hot_latency.as_millis();
-                let below = f.declined.iter().filter(|d| lower.contains(&d.node));
-                let (hot, warm): (Vec<&hotness::hintfaults::Declined>, Vec<_>) =
-                    below.partition(|d| d.latency_ms.is_some_and(|l| u128::from(l) < hot_ms));
-                for d in &hot {
+                let hot = |d: &&hotness::hintfaults::Declined| {
+                    lower.contains(&d.node) && d.latency_ms.is_some_and(|l| u128::from(l) < hot_ms)
+                };
+                for d in f.declined.iter().filter(hot) {
                     self.known_hot.add(m.id, d.pid, d.addr, d.bytes, false);
                 }
                 // In use, not hot by the kernel's test: recalled only for
                 // what the known-hot pages leave short.
-                if !warm.is_empty() {
-                    self.known_hot
-                        .add_declined(m.id, warm.iter().map(|d| (d.pid, d.addr, d.bytes)));
+                if !f.declined.is_empty() {
+                    self.known_hot.add_declined(
+                        m.id,
+                        f.declined
+                            .iter()
+                            .filter(|d| lower.contains(&d.node) && !hot(d))
+                            .map(|d| (d.pid, d.addr, d.bytes)),
+                    );
                 }
             }
             // Kernel promotions of pages tierd itself demoted within the
