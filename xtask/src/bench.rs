@@ -236,7 +236,7 @@ pub fn load(path: &Path, dram_mib: u64) -> Result<Vec<ScenarioFile>> {
 }
 
 /// One scenario's series, as printed by `tierscen --emit`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Series {
     /// By mode: per-container samples and host samples.
     pub samples: BTreeMap<String, Vec<Value>>,
@@ -312,6 +312,10 @@ pub fn parse_repeats(out: &str) -> BTreeMap<String, Vec<Series>> {
     by
 }
 
+/// The keys of a `PROFILE` line that hold per-phase seconds: wall time,
+/// and the CPU time of tierd's cycle thread (absent from an older tierd).
+const PHASE_KEYS: [&str; 2] = ["phases", "cpu_phases"];
+
 /// One series whose cycle profiles are the sums of `runs`' (cycles and
 /// seconds per phase added per mode), for a profile table over repeats.
 pub fn merged_profiles(runs: &[Series]) -> Series {
@@ -324,17 +328,19 @@ pub fn merged_profiles(runs: &[Series]) -> Series {
                 .or_insert_with(|| serde_json::json!({"cycles": 0.0, "phases": []}));
             e["cycles"] =
                 (e["cycles"].as_f64().unwrap_or(0.0) + p["cycles"].as_f64().unwrap_or(0.0)).into();
-            let mut phases = e["phases"].as_array().cloned().unwrap_or_default();
-            for x in p["phases"].as_array().into_iter().flatten() {
-                let (Some(name), Some(v)) = (x[0].as_str(), x[1].as_f64()) else {
-                    continue;
-                };
-                match phases.iter_mut().find(|y| y[0].as_str() == Some(name)) {
-                    Some(y) => y[1] = (y[1].as_f64().unwrap_or(0.0) + v).into(),
-                    None => phases.push(serde_json::json!([name, v])),
+            for key in PHASE_KEYS {
+                let mut phases = e[key].as_array().cloned().unwrap_or_default();
+                for x in p[key].as_array().into_iter().flatten() {
+                    let (Some(name), Some(v)) = (x[0].as_str(), x[1].as_f64()) else {
+                        continue;
+                    };
+                    match phases.iter_mut().find(|y| y[0].as_str() == Some(name)) {
+                        Some(y) => y[1] = (y[1].as_f64().unwrap_or(0.0) + v).into(),
+                        None => phases.push(serde_json::json!([name, v])),
+                    }
                 }
+                e[key] = phases.into();
             }
-            e["phases"] = phases.into();
         }
     }
     out
@@ -346,17 +352,34 @@ fn f(v: &Value, k: &str) -> Option<f64> {
 
 const MIB: f64 = 1048576.0;
 
-/// The Markdown table of tierd's per-phase cycle profile: per scenario and
-/// tierd mode, the mean wall time per cycle of each phase and in all, ms.
-/// Empty when no run printed a profile.
+/// The Markdown tables of tierd's per-phase cycle profile: per scenario and
+/// tierd mode, the mean wall time per cycle of each phase and in all, ms;
+/// then the same for the CPU time of tierd's cycle thread, where the runs
+/// measured it. Empty when no run printed a profile.
 pub fn profile_table<'a>(runs: impl IntoIterator<Item = (&'a str, &'a Series)>) -> String {
     let runs: Vec<_> = runs.into_iter().collect();
+    phase_table(
+        &runs,
+        "phases",
+        "tierd's cycle, wall time per phase (ms per cycle, mean)",
+    ) + &phase_table(
+        &runs,
+        "cpu_phases",
+        "tierd's cycle, CPU time of its thread per phase (ms per cycle, mean; \
+         the kernel work of its writes included)",
+    )
+}
+
+/// One table of [`profile_table`]: the per-phase seconds under `key` of
+/// each profile, in ms per cycle, headed by `title`; empty when no profile
+/// has any.
+fn phase_table(runs: &[(&str, &Series)], key: &str, title: &str) -> String {
     // Columns: the phases in the order tierscen prints them (tierd's
     // `CYCLE_PHASES`, the order of its cycle), first appearance first.
     let mut columns: Vec<String> = Vec::new();
-    for (_, s) in &runs {
+    for (_, s) in runs {
         for p in s.profile.values() {
-            for x in p["phases"].as_array().into_iter().flatten() {
+            for x in p[key].as_array().into_iter().flatten() {
                 if let Some(ph) = x[0].as_str() {
                     if !columns.iter().any(|c| c == ph) {
                         columns.push(ph.to_owned());
@@ -369,10 +392,10 @@ pub fn profile_table<'a>(runs: impl IntoIterator<Item = (&'a str, &'a Series)>) 
     for (name, s) in runs {
         for (mode, p) in &s.profile {
             let cycles = p["cycles"].as_f64().unwrap_or(0.0);
-            if cycles <= 0.0 {
+            let phases = p[key].as_array().cloned().unwrap_or_default();
+            if cycles <= 0.0 || phases.is_empty() {
                 continue;
             }
-            let phases = p["phases"].as_array().cloned().unwrap_or_default();
             let ms = |name: &str| {
                 phases
                     .iter()
@@ -392,9 +415,7 @@ pub fn profile_table<'a>(runs: impl IntoIterator<Item = (&'a str, &'a Series)>) 
     if t.is_empty() {
         return t;
     }
-    let mut h = String::from(
-        "\ntierd's cycle, wall time per phase (ms per cycle, mean):\n\n| scenario | mode | cycles |",
-    );
+    let mut h = format!("\n{title}:\n\n| scenario | mode | cycles |");
     for ph in &columns {
         h += &format!(" {ph} |");
     }
@@ -1739,6 +1760,28 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
             "{t}"
         );
         assert!(profile_table([("s", &Series::default())]).is_empty());
+        // No CPU table from a profile without CPU times.
+        assert!(!t.contains("CPU time"), "{t}");
+    }
+
+    #[test]
+    fn cpu_times_per_phase_make_a_second_table() {
+        let out = "PROFILE {\"scenario\":\"s\",\"mode\":\"tierd\",\"cycles\":10,\
+                   \"phases\":[[\"read\",0.01],[\"reclaim\",0.05]],\
+                   \"cpu_phases\":[[\"read\",0.004],[\"reclaim\",0.03]]}\n";
+        let series = parse_output(out);
+        let m = merged_profiles(&[series["s"].clone(), series["s"].clone()]);
+        let t = profile_table([("s", &m)]);
+        let (wall, cpu) = t.split_once("CPU time").expect("a CPU table");
+        // 20 cycles: wall 20 ms read + 100 ms reclaim, CPU 8 + 60 ms.
+        assert!(
+            wall.contains("| s | tierd | 20 | 1.00 | 5.00 | 6.00 |"),
+            "{t}"
+        );
+        assert!(
+            cpu.contains("| s | tierd | 20 | 0.40 | 3.00 | 3.40 |"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -2191,6 +2234,29 @@ run = "test -d /sys/module/loop && echo \"loop loaded, setup $(cat /tmp/smoke-se
             assert!(series["smoke"].samples[m].len() >= 8, "{m}: {}", out.output);
         }
         assert!(report.contains("| tierd-pages | b |"), "{report}");
+        // tierd's cycle profile: wall and CPU time per phase, the CPU (one
+        // thread's) never above the wall time of the same phase.
+        let prof = &series["smoke"].profile["tierd-pages"];
+        let per = |key: &str| -> BTreeMap<String, f64> {
+            prof[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| Some((x[0].as_str()?.to_owned(), x[1].as_f64()?)))
+                .collect()
+        };
+        let (wall, cpu) = (per("phases"), per("cpu_phases"));
+        assert!(cpu.values().sum::<f64>() > 0.0, "{prof}");
+        for (phase, c) in &cpu {
+            assert!(
+                *c <= wall[phase] + 1e-3,
+                "{phase}: CPU {c} s > wall: {prof}"
+            );
+        }
+        assert!(
+            profile_table([("smoke", &series["smoke"])]).contains("CPU time of its thread"),
+            "{prof}"
+        );
         assert!(d.path().join("out/smoke/fast-bytes.png").is_file());
         assert!(d.path().join("out/smoke/residency.png").is_file());
         // The event ran in both modes, after the module and the setup.

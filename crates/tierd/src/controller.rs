@@ -56,6 +56,37 @@ use pace::DemotionPace;
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;
 
+/// A point in a cycle, for its per-phase profile: the wall clock and the
+/// CPU time (user + system) of the thread running the cycle. A cycle is
+/// synchronous on one blocking thread ([`crate::daemon`]), and the kernel
+/// work its writes start (memory.reclaim, an lru_gen aging, move_pages)
+/// runs in that thread, so the CPU part is tierd's CPU per phase.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PhaseClock {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl PhaseClock {
+    fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID
+        // exists on every Linux, and a failure reads as no CPU (0) rather
+        // than a wrong phase.
+        let cpu = match unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } {
+            0 => Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+            _ => Duration::ZERO,
+        };
+        Self {
+            wall: Instant::now(),
+            cpu,
+        }
+    }
+}
+
 /// A managed container found this cycle.
 #[derive(Debug, Clone)]
 struct Managed {
@@ -452,7 +483,8 @@ impl Controller {
     /// (`checked`: its discovery, with the free memory it refreshed), so
     /// that the walk is not done twice in one interval.
     fn cycle_from(&mut self, checked: Option<Vec<Managed>>) -> Result<Plan> {
-        let started = Instant::now();
+        let clock = PhaseClock::now();
+        let started = clock.wall;
         let elapsed_ms = self
             .last_cycle
             .map(|t| t.elapsed().as_millis() as u64)
@@ -466,7 +498,7 @@ impl Controller {
             }
         };
         let fast = self.topo.fast_nodes();
-        let mut phase = started;
+        let mut phase = clock;
         self.lap(&mut phase, "discover");
         self.sample_heat(&managed);
         self.lap(&mut phase, "damon");
@@ -634,21 +666,39 @@ impl Controller {
     /// Adds the wall time since `*since` to `phase`'s counter
     /// (`tierd_cycle_phase_seconds`, the per-phase profile of the cycle) and
     /// restarts the clock.
-    fn lap(&self, since: &mut Instant, phase: &'static str) {
+    fn lap(&self, since: &mut PhaseClock, phase: &'static str) {
         debug_assert!(CYCLE_PHASES.contains(&phase), "{phase} not in CYCLE_PHASES");
-        let now = Instant::now();
-        self.metrics
-            .cycle_phase_seconds
-            .get_or_create(&PhaseLabels { phase })
-            .inc_by(now.duration_since(*since).as_secs_f64());
+        let now = PhaseClock::now();
+        self.charge(
+            phase,
+            now.wall - since.wall,
+            now.cpu.saturating_sub(since.cpu),
+        );
         *since = now;
     }
 
-    /// [`Self::lap`] for a phase that had `part` of its time in another
+    /// Adds `wall` and `cpu` to `phase`'s counters
+    /// (`tierd_cycle_phase_seconds`, `tierd_cycle_phase_cpu_seconds`).
+    fn charge(&self, phase: &'static str, wall: Duration, cpu: Duration) {
+        let labels = PhaseLabels { phase };
+        self.metrics
+            .cycle_phase_seconds
+            .get_or_create(&labels)
+            .inc_by(wall.as_secs_f64());
+        self.metrics
+            .cycle_phase_cpu_seconds
+            .get_or_create(&labels)
+            .inc_by(cpu.as_secs_f64());
+    }
+
+    /// [`Self::lap`] for a phase that had `part` of its wall time in another
     /// phase, `part_phase`, interleaved with it (agings within demotion).
+    /// The part's CPU time is taken as its wall time (capped at the whole's
+    /// CPU): an aging is the kernel walking page tables in this thread,
+    /// on CPU throughout.
     fn lap_split(
         &self,
-        since: &mut Instant,
+        since: &mut PhaseClock,
         phase: &'static str,
         part_phase: &'static str,
         part: Duration,
@@ -656,15 +706,13 @@ impl Controller {
         for p in [phase, part_phase] {
             debug_assert!(CYCLE_PHASES.contains(&p), "{p} not in CYCLE_PHASES");
         }
-        let now = Instant::now();
-        let whole = now.duration_since(*since);
+        let now = PhaseClock::now();
+        let whole = now.wall - since.wall;
+        let whole_cpu = now.cpu.saturating_sub(since.cpu);
         let part = part.min(whole);
-        for (p, d) in [(part_phase, part), (phase, whole - part)] {
-            self.metrics
-                .cycle_phase_seconds
-                .get_or_create(&PhaseLabels { phase: p })
-                .inc_by(d.as_secs_f64());
-        }
+        let part_cpu = part.min(whole_cpu);
+        self.charge(part_phase, part, part_cpu);
+        self.charge(phase, whole - part, whole_cpu - part_cpu);
         *since = now;
     }
 

@@ -356,6 +356,11 @@ pub struct Metrics {
     pub recall_queried_pages: Counter,
     /// Wall time spent per cycle phase, summed over cycles (seconds).
     pub cycle_phase_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    /// CPU time (user + system) of the thread running the cycle in each
+    /// phase, seconds summed over cycles: where tierd's own CPU goes,
+    /// including the kernel work its writes do in its context
+    /// (memory.reclaim's demotion, lru_gen agings, move_pages).
+    pub cycle_phase_cpu_seconds: Family<PhaseLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub loop_errors: Counter,
     pub topology_changes: Counter,
     cxl_region_bytes: Family<CxlRegionLabels, Gauge>,
@@ -436,6 +441,7 @@ impl Metrics {
             unmanaged_demoted_bytes: reg!("tierd_unmanaged_demoted_bytes", "Bytes of cold fast-tier memory that no managed container holds (the root cgroup's own pages, cgroups no policy matches) that tierd demoted to make room the fast tier needed (daemon.demote_unmanaged): the drop of those memcgs' fast-node pages in lru_gen across MGLRU's eviction command, generations untouched for daemon.unmanaged_min_age (30 s by default) only", Counter::default()),
             lru_gen_agings: reg!("tierd_lru_gen_agings", "MGLRU agings (forced page-table walks of a memcg on one node, lru_gen's `+` command) run to make pages evictable before a demotion; their time is the `age` cycle phase", Counter::default()),
             cycle_phase_seconds: reg!("tierd_cycle_phase_seconds", "Wall time spent in each phase of the control cycle, summed over cycles: discover, damon, read, hint_faults, solve, protect, move, age, reclaim, recall, kswapd, publish", Family::default()),
+            cycle_phase_cpu_seconds: reg!("tierd_cycle_phase_cpu_seconds", "CPU time (user + system) of the thread running the control cycle in each phase, summed over cycles: tierd's own CPU per phase, with the kernel work its writes do (memory.reclaim, lru_gen agings, move_pages)", Family::default()),
             loop_errors: reg!("tierd_loop_errors", "Control-loop cycles that failed as a whole", Counter::default()),
             topology_changes: reg!("tierd_topology_changes", "Times tierd found a NUMA node's capacity or tier changed (memory blocks onlined or offlined, a node or tier came or went) and planned with the new capacity", Counter::default()),
             cxl_region_bytes: reg!("tierd_cxl_region_bytes", "Capacity of a CXL region onlined as system RAM into a node (sysfs bus/cxl region size)", Family::default()),

@@ -94,10 +94,12 @@ pub enum Error {
         listing: String,
     },
     /// The guest stopped without reporting the script's exit code.
-    #[error("guest stopped without an exit marker\nconsole tail:\n{console_tail}\noutput tail:\n{output_tail}")]
+    #[error("guest stopped without an exit marker\nconsole tail:\n{console_tail}\noutput tail:\n{output_tail}\n{qemu}")]
     NoExit {
         console_tail: String,
         output_tail: String,
+        /// How QEMU ended: exit status, stderr tail, last CPU reset logged.
+        qemu: String,
     },
 }
 

@@ -414,8 +414,10 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
     let mut timed_out = false;
     let mut boot_hung = false;
     let mut tail = OutputTail::new(out_path.clone(), cfg.echo, cfg.echo_output);
+    let mut qemu_status = None;
     loop {
-        if child.try_wait().ok().flatten().is_some() {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            qemu_status = Some(status);
             break;
         }
         // Kernel messages can land in the middle of a marker on the shared
@@ -505,9 +507,12 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
         });
     }
     let Some(exit_code) = exit_code else {
+        let log_path = qemu_log_path(&out_path);
+        let log = fs::read(&log_path).unwrap_or_default();
         return Err(Error::NoExit {
             console_tail: last_lines(&console, 40),
             output_tail: last_lines(&raw_out, 40),
+            qemu: qemu_ending(qemu_status, &qemu_stderr, &String::from_utf8_lossy(&log)),
         });
     };
     let output = match raw_out.find(&exit_marker) {
@@ -600,6 +605,11 @@ fn qemu_command(
         "-display", "none", "-vga", "none", "-nic", "none", "-monitor", "none",
     ]);
     c.args(["-no-reboot", "-serial", "stdio"]);
+    // Register state at each CPU reset, for a guest that stops with no word
+    // on its console (a triple fault resets the CPU, and -no-reboot then
+    // ends QEMU): `Error::NoExit` shows the last one.
+    c.args(["-d", "cpu_reset", "-D"]);
+    c.arg(qemu_log_path(out));
     c.args(["-serial", &format!("file:{}", out.display())]);
     c.arg("-kernel").arg(&assets.vmlinuz);
     c.arg("-initrd").arg(initrd);
@@ -686,6 +696,32 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// QEMU's own log (`-D`) beside the run's output file `out`.
+fn qemu_log_path(out: &std::path::Path) -> PathBuf {
+    out.with_file_name("qemu.log")
+}
+
+/// How QEMU ended, for [`Error::NoExit`]: its exit status, the last lines
+/// of its stderr, and the last CPU reset it logged (registers included).
+fn qemu_ending(status: Option<std::process::ExitStatus>, stderr: &str, log: &str) -> String {
+    let status = match status {
+        Some(s) => format!(
+            "QEMU exited by itself ({s}); under -no-reboot a guest reboot or a \
+             CPU reset (triple fault) ends it"
+        ),
+        None => "QEMU was stopped by the testbed".to_string(),
+    };
+    // The log's last reset: from its last "CPU Reset" line on.
+    let last_reset = log
+        .rfind("CPU Reset")
+        .map(|i| last_lines(&log[i..], 30))
+        .unwrap_or_else(|| "(none logged)".into());
+    format!(
+        "{status}\nQEMU stderr tail:\n{}\nlast CPU reset QEMU logged:\n{last_reset}",
+        last_lines(stderr, 10)
+    )
+}
+
 /// `text` without kernel log lines (`[ seconds.micros] message` up to and
 /// including its newline), wherever they start: printk output interleaves
 /// with what init writes to the same serial console.
@@ -745,6 +781,26 @@ fn last_lines(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_qemu_that_ended_itself_shows_its_status_and_last_reset() {
+        use std::os::unix::process::ExitStatusExt;
+        let log = "CPU Reset (CPU 0)\nRIP=0000fff0\nCPU Reset (CPU 1)\nRIP=ffffffff81000000\n";
+        let t = qemu_ending(Some(ExitStatusExt::from_raw(0)), "warn: x\n", log);
+        assert!(t.contains("exited by itself"), "{t}");
+        assert!(t.contains("warn: x"), "{t}");
+        let reset = t.split_once("last CPU reset").unwrap().1;
+        assert!(
+            reset.contains("CPU 1") && reset.contains("ffffffff81000000"),
+            "{t}"
+        );
+        assert!(!reset.contains("CPU 0"), "{t}");
+        let t = qemu_ending(None, "", "");
+        assert!(
+            t.contains("stopped by the testbed") && t.contains("(none logged)"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn exit_marker_parses() {

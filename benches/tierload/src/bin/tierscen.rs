@@ -617,31 +617,53 @@ struct CycleProfile {
     scenario: String,
     mode: String,
     cycles: u64,
-    /// (phase, seconds summed over all cycles), in the order tierd runs them.
+    /// (phase, wall seconds summed over all cycles), in the order tierd
+    /// runs them.
     phases: Vec<(String, f64)>,
+    /// (phase, CPU seconds of the cycle's thread summed over all cycles),
+    /// the same order (`tierd_cycle_phase_cpu_seconds_total`; empty from a
+    /// tierd without it).
+    cpu_phases: Vec<(String, f64)>,
 }
 
-/// Parses the cycle count and the per-phase seconds out of a /metrics text;
-/// `None` when either is missing (a tierd without the profile, or no cycle).
-fn cycle_profile(metrics: &str) -> Option<(u64, Vec<(String, f64)>)> {
+/// A cycle profile read from /metrics: the cycle count, and per phase the
+/// wall and the CPU seconds summed over cycles (see [`CycleProfile`]).
+type PhaseSeconds = (u64, Vec<(String, f64)>, Vec<(String, f64)>);
+
+/// Parses the cycle count and the per-phase wall and CPU seconds out of a
+/// /metrics text; `None` when the count or the wall times are missing (a
+/// tierd without the profile, or no cycle).
+fn cycle_profile(metrics: &str) -> Option<PhaseSeconds> {
     let mut cycles = None;
     let mut phases = Vec::new();
+    let mut cpu_phases = Vec::new();
     for line in metrics.lines() {
         let Some((key, val)) = line.rsplit_once(' ') else {
             continue;
         };
         if key == "tierd_loop_duration_seconds_count" {
             cycles = val.parse().ok();
-        } else if let Some(rest) = key.strip_prefix("tierd_cycle_phase_seconds_total{phase=\"") {
-            if let (Some(name), Ok(v)) = (rest.strip_suffix("\"}"), val.parse::<f64>()) {
-                phases.push((name.to_string(), v));
-            }
+            continue;
+        }
+        let (rest, into) = if let Some(r) =
+            key.strip_prefix("tierd_cycle_phase_seconds_total{phase=\"")
+        {
+            (r, &mut phases)
+        } else if let Some(r) = key.strip_prefix("tierd_cycle_phase_cpu_seconds_total{phase=\"") {
+            (r, &mut cpu_phases)
+        } else {
+            continue;
+        };
+        if let (Some(name), Ok(v)) = (rest.strip_suffix("\"}"), val.parse::<f64>()) {
+            into.push((name.to_string(), v));
         }
     }
     const ORDER: &[&str] = tierd::metrics::CYCLE_PHASES;
-    phases.sort_by_key(|(p, _)| ORDER.iter().position(|o| o == p).unwrap_or(ORDER.len()));
+    for p in [&mut phases, &mut cpu_phases] {
+        p.sort_by_key(|(p, _)| ORDER.iter().position(|o| o == p).unwrap_or(ORDER.len()));
+    }
     let cycles = cycles.filter(|&c| c > 0)?;
-    (!phases.is_empty()).then_some((cycles, phases))
+    (!phases.is_empty()).then_some((cycles, phases, cpu_phases))
 }
 
 /// Host-wide state at one sample: fast-tier use and the kernel's migration
@@ -1125,11 +1147,12 @@ fn run_mode(
     if mode.is_tierd() {
         let text = http_get(&addr, "/metrics")
             .unwrap_or_else(|e| format!("(cannot read /metrics: {e})\n"));
-        profile = cycle_profile(&text).map(|(cycles, phases)| CycleProfile {
+        profile = cycle_profile(&text).map(|(cycles, phases, cpu_phases)| CycleProfile {
             scenario: sc.name.clone(),
             mode: mode.label().to_string(),
             cycles,
             phases,
+            cpu_phases,
         });
         if let (Some(p), true) = (&profile, cli.emit) {
             println!("PROFILE {}", serde_json::to_string(p)?);
@@ -1492,17 +1515,27 @@ fn summarize(sc: &Scenario, results: &[ModeResult]) {
                 );
             }
             if let Some(p) = &r.profile {
-                let per: Vec<String> = p
-                    .phases
-                    .iter()
-                    .map(|(n, v)| format!("{n} {:.2}", 1e3 * v / p.cycles as f64))
-                    .collect();
+                // "phase ms, …" per cycle.
+                let per = |phases: &[(String, f64)]| {
+                    let v: Vec<String> = phases
+                        .iter()
+                        .map(|(n, v)| format!("{n} {:.2}", 1e3 * v / p.cycles as f64))
+                        .collect();
+                    v.join(", ")
+                };
                 println!(
                     "{:<8} tierd cycle, ms per cycle over {} cycles: {}",
                     r.mode.label(),
                     p.cycles,
-                    per.join(", ")
+                    per(&p.phases)
                 );
+                if !p.cpu_phases.is_empty() {
+                    println!(
+                        "{:<8} tierd cycle, CPU ms per cycle: {}",
+                        r.mode.label(),
+                        per(&p.cpu_phases)
+                    );
+                }
             }
             match r.converged_s {
                 Some(t) => println!(
@@ -1871,13 +1904,19 @@ mod tests {
                     tierd_cycle_phase_seconds_total{phase=\"solve\"} 0.01\n\
                     tierd_cycle_phase_seconds_total{phase=\"read\"} 0.5\n\
                     tierd_cycle_phase_seconds_total{phase=\"reclaim\"} 0.25\n\
+                    tierd_cycle_phase_cpu_seconds_total{phase=\"reclaim\"} 0.2\n\
+                    tierd_cycle_phase_cpu_seconds_total{phase=\"read\"} 0.1\n\
                     tierd_loop_duration_seconds_sum 0.8\n\
                     tierd_loop_duration_seconds_count 100\n";
-        let (cycles, phases) = cycle_profile(text).unwrap();
+        let (cycles, phases, cpu) = cycle_profile(text).unwrap();
         assert_eq!(cycles, 100);
         let names: Vec<&str> = phases.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["read", "solve", "reclaim"]);
         assert_eq!(phases[0].1, 0.5);
+        assert_eq!(
+            cpu,
+            [("read".to_string(), 0.1), ("reclaim".to_string(), 0.2)]
+        );
         assert!(cycle_profile("tierd_loop_duration_seconds_count 0\n").is_none());
         assert!(cycle_profile("tierd_loop_duration_seconds_count 5\n").is_none());
     }

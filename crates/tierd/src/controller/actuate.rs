@@ -19,7 +19,7 @@ impl Controller {
         plan: &Plan,
         fast: &NodeSet,
         gens: Option<Vec<MemcgGens>>,
-        phase: &mut Instant,
+        phase: &mut super::PhaseClock,
     ) -> bool {
         // Which (knob, ancestor) pairs have a protected managed child.
         let mut ancestor_sum: BTreeMap<(Protection, String), bool> = BTreeMap::new();
