@@ -356,7 +356,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.state == PlacementState::AtTarget)
+        // A container already giving room this cycle (above its target for
+        // a trader, band_trade) swaps at another: its demotion would be
+        // two things at once, and the givers' bytes are counted for the
+        // trader's claim alone.
+        .filter(|(_, p)| p.state == PlacementState::AtTarget && p.demote_bytes == 0)
         .filter_map(|(i, p)| {
             let hot = if p.assisted {
                 cs[i].lower_hot_bytes?
