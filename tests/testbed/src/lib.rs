@@ -100,6 +100,9 @@ pub enum Error {
         output_tail: String,
         /// How QEMU ended: exit status, stderr tail, last CPU reset logged.
         qemu: String,
+        /// The signal that killed QEMU, when the emulator itself crashed
+        /// (seen: SIGSEGV under TCG with the CXL Type-3 device).
+        qemu_signal: Option<i32>,
     },
 }
 

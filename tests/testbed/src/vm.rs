@@ -99,7 +99,10 @@ pub struct VmConfig {
     /// "clocksource: Switched to clocksource tsc-early", and one oopsed at
     /// 1.3 s on an `int3` in `enqueue_task_fair` (a static-key site being
     /// patched while the other vCPU ran it). Nothing of the script has run
-    /// then, so booting again repeats nothing.
+    /// then, so booting again repeats nothing. The same count bounds the
+    /// runs of a script whose QEMU crashed (killed by a signal, SIGSEGV seen
+    /// with the CXL Type-3 device): each is a new guest, so a second run
+    /// starts from a clean machine.
     pub boot_attempts: u32,
     /// Host executables, copied to `/usr/local/bin/<file name>` with the shared
     /// libraries and loader `ldd` names for them.
@@ -283,7 +286,10 @@ static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// A boot that does not reach init within [`VmConfig::boot_timeout`], or
 /// whose kernel fails (panic/BUG/Oops) before init, is tried again, up to
 /// [`VmConfig::boot_attempts`] boots, with a line on stderr naming the
-/// console's last line or the failure.
+/// console's last line or the failure. So is a run whose QEMU was killed by
+/// a signal before the script finished (the emulator crashed: SIGSEGV seen
+/// under TCG with the CXL Type-3 device, docs/NOTES.md); the script runs
+/// again from the start in a new guest.
 ///
 /// Errors: [`Error::NotSetUp`] (run `cargo xtask setup`), [`Error::Boot`],
 /// [`Error::BootHung`] (every boot hung), [`Error::Kernel`] (panic/BUG/Oops
@@ -295,34 +301,53 @@ pub fn run(cfg: &VmConfig, script: &str) -> Result<VmOutput> {
     let mut attempt = 1;
     loop {
         match run_once(cfg, script, attempt) {
-            Err(Error::BootHung {
-                after,
-                console_tail,
-                ..
-            }) if attempt < attempts => {
-                let last = console_tail.lines().last().unwrap_or("").trim();
-                eprintln!(
-                    "testbed: the guest did not reach init in {after:?} (last console line: \
-                     {last:?}); booting again ({} of {attempts})",
-                    attempt + 1
-                );
-                attempt += 1;
-            }
-            Err(Error::Kernel {
-                excerpt,
-                before_init: true,
-                ..
-            }) if attempt < attempts => {
-                let first = excerpt.lines().next().unwrap_or("").trim();
-                eprintln!(
-                    "testbed: the guest kernel failed before init ({first:?}); booting again \
-                     ({} of {attempts})",
-                    attempt + 1
-                );
-                attempt += 1;
-            }
+            Err(e) if attempt < attempts => match again(&e) {
+                Some(why) => {
+                    eprintln!("testbed: {why} ({} of {attempts})", attempt + 1);
+                    attempt += 1;
+                }
+                None => return Err(e),
+            },
             r => return r,
         }
+    }
+}
+
+/// Why [`run`] tries again after `e`, or `None` when `e` is the result: a
+/// boot that hung or whose kernel failed before init (nothing of the
+/// script ran), or a QEMU that crashed (the emulator, not the guest: the
+/// script's run is lost with it, and a new guest runs it from the start).
+fn again(e: &Error) -> Option<String> {
+    match e {
+        Error::BootHung {
+            after,
+            console_tail,
+            ..
+        } => {
+            let last = console_tail.lines().last().unwrap_or("").trim();
+            Some(format!(
+                "the guest did not reach init in {after:?} (last console line: {last:?}); \
+                 booting again"
+            ))
+        }
+        Error::Kernel {
+            excerpt,
+            before_init: true,
+            ..
+        } => {
+            let first = excerpt.lines().next().unwrap_or("").trim();
+            Some(format!(
+                "the guest kernel failed before init ({first:?}); booting again"
+            ))
+        }
+        Error::NoExit {
+            qemu_signal: Some(sig),
+            ..
+        } => Some(format!(
+            "QEMU itself died (signal {sig}) before the script finished; running it again \
+             in a new guest"
+        )),
+        _ => None,
     }
 }
 
@@ -513,6 +538,10 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
             console_tail: last_lines(&console, 40),
             output_tail: last_lines(&raw_out, 40),
             qemu: qemu_ending(qemu_status, &qemu_stderr, &String::from_utf8_lossy(&log)),
+            qemu_signal: qemu_status.and_then(|s| {
+                use std::os::unix::process::ExitStatusExt;
+                s.signal()
+            }),
         });
     };
     let output = match raw_out.find(&exit_marker) {
@@ -781,6 +810,26 @@ fn last_lines(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crashed_qemu_runs_the_script_again_a_guest_that_stopped_does_not() {
+        let stopped = |qemu_signal| Error::NoExit {
+            console_tail: String::new(),
+            output_tail: String::new(),
+            qemu: String::new(),
+            qemu_signal,
+        };
+        let why = again(&stopped(Some(11))).expect("a SIGSEGV of QEMU is retried");
+        assert!(why.contains("signal 11"), "{why}");
+        // QEMU ended by itself (a guest reset or power-off): the result.
+        assert!(again(&stopped(None)).is_none());
+        assert!(again(&Error::Kernel {
+            excerpt: "BUG: x".into(),
+            before_init: false,
+            attempts: 1
+        })
+        .is_none());
+    }
 
     #[test]
     fn a_qemu_that_ended_itself_shows_its_status_and_last_reset() {
