@@ -55,6 +55,9 @@ pub enum Error {
     Boot {
         console_tail: String,
         qemu_stderr: String,
+        /// The signal that killed QEMU, when the emulator itself crashed
+        /// (seen: an assertion in QEMU's `iotlb_to_section`, SIGABRT).
+        qemu_signal: Option<i32>,
     },
     /// The guest's kernel did not reach init within
     /// [`VmConfig::boot_timeout`](crate::VmConfig::boot_timeout) in any of

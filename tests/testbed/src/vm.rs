@@ -287,9 +287,10 @@ static ONE_GUEST: Mutex<()> = Mutex::new(());
 /// whose kernel fails (panic/BUG/Oops) before init, is tried again, up to
 /// [`VmConfig::boot_attempts`] boots, with a line on stderr naming the
 /// console's last line or the failure. So is a run whose QEMU was killed by
-/// a signal before the script finished (the emulator crashed: SIGSEGV seen
-/// under TCG with the CXL Type-3 device, docs/NOTES.md); the script runs
-/// again from the start in a new guest.
+/// a signal before init or before the script finished (the emulator
+/// crashed: SIGSEGV, and an assertion in `iotlb_to_section`, seen under TCG
+/// with the CXL Type-3 device, docs/NOTES.md); the script runs again from
+/// the start in a new guest.
 ///
 /// Errors: [`Error::NotSetUp`] (run `cargo xtask setup`), [`Error::Boot`],
 /// [`Error::BootHung`] (every boot hung), [`Error::Kernel`] (panic/BUG/Oops
@@ -338,6 +339,16 @@ fn again(e: &Error) -> Option<String> {
             let first = excerpt.lines().next().unwrap_or("").trim();
             Some(format!(
                 "the guest kernel failed before init ({first:?}); booting again"
+            ))
+        }
+        Error::Boot {
+            qemu_signal: Some(sig),
+            qemu_stderr,
+            ..
+        } => {
+            let last = qemu_stderr.lines().last().unwrap_or("").trim();
+            Some(format!(
+                "QEMU itself died (signal {sig}: {last:?}) before init; booting again"
             ))
         }
         Error::NoExit {
@@ -518,6 +529,7 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
         return Err(Error::Boot {
             console_tail: last_lines(&console, 40),
             qemu_stderr,
+            qemu_signal: signal_of(qemu_status),
         });
     }
     let tiers_marker = format!("##TESTBED-TIERS-{nonce} ");
@@ -538,10 +550,7 @@ fn run_once(cfg: &VmConfig, script: &str, attempt: u32) -> Result<VmOutput> {
             console_tail: last_lines(&console, 40),
             output_tail: last_lines(&raw_out, 40),
             qemu: qemu_ending(qemu_status, &qemu_stderr, &String::from_utf8_lossy(&log)),
-            qemu_signal: qemu_status.and_then(|s| {
-                use std::os::unix::process::ExitStatusExt;
-                s.signal()
-            }),
+            qemu_signal: signal_of(qemu_status),
         });
     };
     let output = match raw_out.find(&exit_marker) {
@@ -725,6 +734,12 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The signal that ended QEMU, if one did (it crashed, or was killed).
+fn signal_of(status: Option<std::process::ExitStatus>) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.and_then(|s| s.signal())
+}
+
 /// QEMU's own log (`-D`) beside the run's output file `out`.
 fn qemu_log_path(out: &std::path::Path) -> PathBuf {
     out.with_file_name("qemu.log")
@@ -823,6 +838,18 @@ mod tests {
         assert!(why.contains("signal 11"), "{why}");
         // QEMU ended by itself (a guest reset or power-off): the result.
         assert!(again(&stopped(None)).is_none());
+        let boot = |qemu_signal| Error::Boot {
+            console_tail: String::new(),
+            qemu_stderr: "qemu: physmem.c: iotlb_to_section: Assertion failed.".into(),
+            qemu_signal,
+        };
+        let why = again(&boot(Some(6))).expect("QEMU's abort before init is retried");
+        assert!(
+            why.contains("signal 6") && why.contains("iotlb_to_section"),
+            "{why}"
+        );
+        // A QEMU that exits before init without a signal (a bad option): the result.
+        assert!(again(&boot(None)).is_none());
         assert!(again(&Error::Kernel {
             excerpt: "BUG: x".into(),
             before_init: false,
