@@ -748,12 +748,13 @@ fn qemu_log_path(out: &std::path::Path) -> PathBuf {
 /// How QEMU ended, for [`Error::NoExit`]: its exit status, the last lines
 /// of its stderr, and the last CPU reset it logged (registers included).
 fn qemu_ending(status: Option<std::process::ExitStatus>, stderr: &str, log: &str) -> String {
-    let status = match status {
-        Some(s) => format!(
+    let status = match (status, signal_of(status)) {
+        (Some(s), Some(_)) => format!("QEMU crashed ({s}): the emulator, not the guest"),
+        (Some(s), None) => format!(
             "QEMU exited by itself ({s}); under -no-reboot a guest reboot or a \
              CPU reset (triple fault) ends it"
         ),
-        None => "QEMU was stopped by the testbed".to_string(),
+        (None, _) => "QEMU was stopped by the testbed".to_string(),
     };
     // The log's last reset: from its last "CPU Reset" line on.
     let last_reset = log
@@ -871,6 +872,8 @@ mod tests {
             "{t}"
         );
         assert!(!reset.contains("CPU 0"), "{t}");
+        let t = qemu_ending(Some(ExitStatusExt::from_raw(11)), "", log);
+        assert!(t.contains("QEMU crashed"), "{t}");
         let t = qemu_ending(None, "", "");
         assert!(
             t.contains("stopped by the testbed") && t.contains("(none logged)"),
