@@ -558,8 +558,9 @@ impl Controller {
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
                 lower_hot_bytes: self.lower_hot_bytes(m.id),
-                // A walk of its known pages: only when the plan can use it.
-                known_hot_below_bytes: if self.cfg.limits.hot_swap {
+                // A walk of its known pages: only when the plan can use it
+                // (the hot swap's promotion half is recall's).
+                known_hot_below_bytes: if self.cfg.limits.hot_swap && self.cfg.daemon.recall {
                     self.known_hot.known_hot_below(m.id)
                 } else {
                     0
@@ -612,6 +613,15 @@ impl Controller {
         }
         let plan = policy::solve(&snapshot, &params, &mut self.policy_state);
         self.lap(&mut phase, "solve");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            for c in &snapshot.containers {
+                let Some(p) = plan.get(c.id) else { continue };
+                tracing::debug!(container = %c.name, fast = c.fast_bytes, target = p.target_bytes,
+                    state = ?p.state, demote = p.demote_bytes, promote = p.promote_bytes,
+                    recallable = c.recallable_bytes, lower_hot = ?c.lower_hot_bytes,
+                    fast_free, "plan");
+            }
+        }
         self.want_declined(&managed, &plan);
         self.note_assisted(&managed, &snapshot, &plan);
         if plan.guarantees_scaled {

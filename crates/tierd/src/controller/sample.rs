@@ -276,22 +276,20 @@ impl Controller {
                 // for its rate limit, or because the threshold is looser).
                 // Off (the default, 0): none is.
                 let hot_ms = self.cfg.hotness.hot_latency.as_millis();
-                let hot = |d: &&hotness::hintfaults::Declined| {
-                    lower.contains(&d.node) && d.latency_ms.is_some_and(|l| u128::from(l) < hot_ms)
-                };
-                for d in f.declined.iter().filter(hot) {
-                    self.known_hot.add(m.id, d.pid, d.addr, d.bytes, false);
-                }
                 // In use, not hot by the kernel's test: recalled only for
-                // what the known-hot pages leave short.
-                if !f.declined.is_empty() {
-                    self.known_hot.add_declined(
-                        m.id,
-                        f.declined
-                            .iter()
-                            .filter(|d| lower.contains(&d.node) && !hot(d))
-                            .map(|d| (d.pid, d.addr, d.bytes)),
-                    );
+                // what the known-hot pages leave short. Records of pages
+                // on the fast tier (the fault came after a promotion) are
+                // neither.
+                let mut warm = Vec::new();
+                for d in f.declined.iter().filter(|d| lower.contains(&d.node)) {
+                    if d.latency_ms.is_some_and(|l| u128::from(l) < hot_ms) {
+                        self.known_hot.add(m.id, d.pid, d.addr, d.bytes, false);
+                    } else {
+                        warm.push((d.pid, d.addr, d.bytes));
+                    }
+                }
+                if !warm.is_empty() {
+                    self.known_hot.add_declined(m.id, warm);
                 }
             }
             // Kernel promotions of pages tierd itself demoted within the
