@@ -50,6 +50,7 @@ fn host(n: usize) -> Snapshot {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: None,
+                lower_hint_faults: None,
                 known_hot_below_bytes: 0,
                 warm_bytes: None,
             }

@@ -14,6 +14,12 @@
 //! *assisted*: the daemon watches its processes with DAMON and promotes its
 //! hot lower-tier regions itself, and the container claims room for the
 //! hot bytes DAMON found there ([`ContainerSnapshot::lower_hot_bytes`]).
+//! Only when its lower tier is in use, where the probe counts hint faults
+//! by node: at least a sixteenth of its band (as base pages) faulted there
+//! since it went under. A hog whose lower tier holds only its cold bulk,
+//! left under its target by kswapd, was otherwise assisted every 10–40 s
+//! in cold-hog for DAMON to find nothing (docs/NOTES.md "Session 52: an
+//! assist needs lower-tier use").
 //! Under its target it stays assisted until DAMON, once warmed up, finds
 //! nothing hot on its lower tier (then the clock starts again: its
 //! lower-tier pages are cold, and watching them costs a kdamond for
@@ -90,7 +96,15 @@ pub(crate) struct Progress {
     /// band): a stalled NUMA-balancing scan still promotes a few pages a
     /// second, which must not hold the assist off.
     pub progress_min_bytes: u64,
+    /// Hint faults on its lower-tier pages this cycle
+    /// ([`crate::ContainerSnapshot::lower_hint_faults`]; `None`: unknown).
+    pub lower_hint_faults: Option<u64>,
 }
+
+/// Bytes a lower-tier hint fault stands for in the evidence an assist
+/// needs ([`observe`]): a base page (a THP's fault counts once, so the
+/// count errs low).
+pub const FAULT_BYTES: u64 = 4096;
 
 /// Records one cycle; returns whether each container (in input order) is
 /// assisted. `after_ms` 0 turns the assist off. An assisted container that
@@ -132,15 +146,21 @@ pub(crate) fn observe(
                 assisted: false,
                 idle_swaps: 0,
                 cold_ends: 0,
+                lower_faults: 0,
             });
             s.idle_swaps = 0;
+            s.lower_faults = s
+                .lower_faults
+                .saturating_add(c.lower_hint_faults.unwrap_or(0));
             if s.assisted {
                 if c.lower_hot_bytes == Some(0) {
                     // Nothing hot down there: back off for another period,
-                    // twice as long after each such assist in a row.
+                    // twice as long after each such assist in a row, and
+                    // wait for new evidence of use.
                     s.assisted = false;
                     s.since_ms = now_ms;
                     s.cold_ends = s.cold_ends.saturating_add(1);
+                    s.lower_faults = 0;
                 } else if c.promoted_bytes >= c.progress_min_bytes.max(1) {
                     // This assist moves pages: the cold streak is over.
                     s.cold_ends = 0;
@@ -151,7 +171,12 @@ pub(crate) fn observe(
                 s.cold_ends = 0;
             } else {
                 let wait = after_ms << s.cold_ends.saturating_sub(1).min(MAX_COLD_BACKOFF);
-                if now_ms.saturating_sub(s.since_ms) >= wait {
+                // Its lower tier in use since it went under: without hint
+                // faults there (when the probe counts them) its lower-tier
+                // pages are cold, and a kdamond would only confirm it.
+                let in_use = c.lower_hint_faults.is_none()
+                    || s.lower_faults.saturating_mul(FAULT_BYTES) >= c.progress_min_bytes.max(1);
+                if now_ms.saturating_sub(s.since_ms) >= wait && in_use {
                     s.assisted = true;
                 }
             }

@@ -122,6 +122,13 @@ pub struct ContainerSnapshot {
     /// to tell hot regions from cold; `None` otherwise. An assisted
     /// container claims room for them (see [`Plan::need_bytes`]).
     pub lower_hot_bytes: Option<u64>,
+    /// NUMA hint faults on the container's lower-tier pages since the
+    /// previous snapshot (the eBPF probe counts them by the node of the
+    /// page); `None` when the source cannot tell nodes apart (the
+    /// memory.stat counters). Evidence that its lower tier is in use: an
+    /// under-target container is assisted only with it (see
+    /// [`crate::assist`]).
+    pub lower_hint_faults: Option<u64>,
     /// Bytes of the container's pages that passed a page-granular hot test
     /// (the kernel promoted or refused them, or their NUMA hint fault came
     /// within the daemon's hot latency of the scan that unmapped them) and
@@ -530,6 +537,9 @@ pub struct AssistState {
     /// when something is promoted for it): each one doubles the wait
     /// before the next, up to [`crate::assist::MAX_COLD_BACKOFF`] doublings.
     pub cold_ends: u32,
+    /// Hint faults on its lower-tier pages since it went under its target
+    /// (or since its last assist found nothing hot there).
+    pub lower_faults: u64,
 }
 
 /// Steady-state detector state (see [`Plan::steady`]).

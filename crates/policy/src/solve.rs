@@ -217,6 +217,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                     lower_hot_bytes: c.lower_hot_bytes,
                     swap_min_bytes: band / 4,
                     progress_min_bytes: band / 16,
+                    lower_hint_faults: c.lower_hint_faults,
                 }
             })
             .collect();

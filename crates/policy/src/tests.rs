@@ -46,6 +46,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         migrations: Default::default(),
         recallable_bytes: 0,
         lower_hot_bytes: None,
+        lower_hint_faults: None,
         known_hot_below_bytes: 0,
         warm_bytes: None,
     }
@@ -1348,6 +1349,51 @@ fn assist_starts_after_the_kernel_promoted_nothing_for_assist_after() {
     }
     // Last promotion at cycle 2 (4 s); 10 s later is cycle 7.
     assert_eq!(assisted_at, Some(7));
+}
+
+#[test]
+fn assist_waits_for_hint_faults_on_the_lower_tier_when_the_probe_counts_them() {
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    // A sixteenth of the 16 MiB band, in base pages: 256 faults.
+    let enough = (16 * MIB / 16) / crate::assist::FAULT_BYTES;
+    let mut assisted_at = None;
+    for cycle in 1..=14u64 {
+        // Nothing promoted, and its lower tier untouched for 8 cycles (a
+        // hog's cold bulk); then a scan pass faults on it, in two halves.
+        s.containers[1].lower_hint_faults = Some(match cycle {
+            9 | 10 => enough / 2,
+            _ => 0,
+        });
+        let plan = solve(&s, &p, &mut st);
+        if plan.get(2).unwrap().assisted && assisted_at.is_none() {
+            assisted_at = Some(cycle);
+        }
+    }
+    // 10 s of waiting were over at cycle 6; the evidence is complete at 10.
+    assert_eq!(assisted_at, Some(10));
+
+    // Unknown (no probe): the wait alone decides, as before.
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    s.containers[1].lower_hint_faults = None;
+    let first = (1..=14u64).find(|_| solve(&s, &p, &mut st).get(2).unwrap().assisted);
+    assert_eq!(first, Some(6));
+
+    // An assist that found nothing hot needs new evidence for the next one.
+    let (p, mut s) = assist_case();
+    let mut st = PolicyState::default();
+    s.containers[1].lower_hint_faults = Some(enough);
+    for _ in 0..6 {
+        solve(&s, &p, &mut st);
+    }
+    assert!(st.assist[&2].assisted);
+    s.containers[1].lower_hint_faults = Some(0);
+    s.containers[1].lower_hot_bytes = Some(0);
+    for _ in 0..20 {
+        assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
+        s.containers[1].lower_hot_bytes = None;
+    }
 }
 
 #[test]

@@ -28,9 +28,22 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
         proptest::option::of(0..=8 * GIB),
         prop_oneof![Just(0), 0..=GIB],
         prop_oneof![Just(0), 0..=GIB],
+        proptest::option::of(0..=100_000u64),
     )
         .prop_map(
-            |(fast, slow, hot, low, high, weight, opt_out, lower_hot, recallable, known_hot)| {
+            |(
+                fast,
+                slow,
+                hot,
+                low,
+                high,
+                weight,
+                opt_out,
+                lower_hot,
+                recallable,
+                known_hot,
+                lower_faults,
+            )| {
                 ContainerSnapshot {
                     id: 0,
                     name: String::new(),
@@ -47,6 +60,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     migrations: Default::default(),
                     recallable_bytes: recallable,
                     lower_hot_bytes: lower_hot,
+                    lower_hint_faults: lower_faults,
                     known_hot_below_bytes: known_hot,
                     warm_bytes: None,
                 }
@@ -349,6 +363,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 migrations: Default::default(),
                 recallable_bytes: 0,
                 lower_hot_bytes: None,
+                lower_hint_faults: None,
                 known_hot_below_bytes: 0,
                 warm_bytes: None,
             };
@@ -417,7 +432,7 @@ proptest! {
         // assist's claims and the within-share swap are exercised.
         let mut st = PolicyState::default();
         for c in &s.containers {
-            st.assist.insert(c.id, AssistState { since_ms: 0, assisted: true, idle_swaps: 0, cold_ends: 0 });
+            st.assist.insert(c.id, AssistState { since_ms: 0, assisted: true, idle_swaps: 0, cold_ends: 0, lower_faults: 0 });
         }
         let plan = solve(&s, &p, &mut st);
         let mut discretionary = 0u128;

@@ -330,7 +330,9 @@ pub struct DaemonConfig {
     pub unmanaged_min_age: Duration,
     /// Promotion assist (`promotion = "kernel"`): a container under its
     /// target − band with nothing promoted for it (by the kernel or recall)
-    /// for this long is watched by DAMON, and tierd promotes its hot
+    /// for this long, and whose lower-tier pages drew hint faults since it
+    /// went under (where the probe counts them by node), is watched by
+    /// DAMON, and tierd promotes its hot
     /// lower-tier regions with `move_pages(2)` into free fast-tier memory
     /// above `headroom`; at its band it swaps its own oldest fast-tier
     /// pages for hot lower-tier regions while a quarter band of them is

@@ -558,6 +558,8 @@ impl Controller {
                 migrations,
                 recallable_bytes: self.known_hot.recallable(m.id),
                 lower_hot_bytes: self.lower_hot_bytes(m.id),
+                // Set below, from this cycle's read of the probe.
+                lower_hint_faults: None,
                 // A walk of its known pages: only when the plan can use it
                 // (the hot swap's promotion half is recall's).
                 known_hot_below_bytes: if self.cfg.limits.hot_swap && self.cfg.daemon.recall {
@@ -581,7 +583,10 @@ impl Controller {
         self.known_hot
             .retain(|id| managed.iter().any(|m| m.id == id));
         self.lap(&mut phase, "read");
-        self.sample_hint_faults(&managed, elapsed_ms);
+        let lower_faults = self.sample_hint_faults(&managed, elapsed_ms);
+        for s in &mut snaps {
+            s.lower_hint_faults = lower_faults.get(&s.id).copied();
+        }
         self.lap(&mut phase, "hint_faults");
 
         let fast_capacity = self.topo.fast_capacity_bytes();
@@ -619,6 +624,7 @@ impl Controller {
                 tracing::debug!(container = %c.name, fast = c.fast_bytes, target = p.target_bytes,
                     state = ?p.state, demote = p.demote_bytes, promote = p.promote_bytes,
                     recallable = c.recallable_bytes, lower_hot = ?c.lower_hot_bytes,
+                    lower_faults = ?c.lower_hint_faults,
                     fast_free, "plan");
             }
         }

@@ -243,8 +243,15 @@ impl Controller {
     }
 
     /// Reads this cycle's hint faults and kernel migrations per container
-    /// and exports them (counters by node and outcome; lower-tier fault rate).
-    pub(super) fn sample_hint_faults(&mut self, managed: &[Managed], elapsed_ms: u64) {
+    /// and exports them (counters by node and outcome; lower-tier fault
+    /// rate). Returns each container's hint faults on lower-tier pages
+    /// when the probe counts them by node (none with the memory.stat
+    /// counters).
+    pub(super) fn sample_hint_faults(
+        &mut self,
+        managed: &[Managed],
+        elapsed_ms: u64,
+    ) -> HashMap<u64, u64> {
         let input: Vec<(u64, &[u64], Option<u64>)> = managed
             .iter()
             .map(|m| {
@@ -258,6 +265,8 @@ impl Controller {
         self.stat_hint_faults.clear();
         let deltas = self.faults.sample(&input, &self.alive_ids);
         let lower = self.topo.lower_nodes();
+        let by_node = self.faults.source() == "ebpf";
+        let mut lower_faults = HashMap::new();
         for m in managed {
             let Some(f) = deltas.get(&m.id) else { continue };
             if self.cfg.daemon.recall {
@@ -336,13 +345,17 @@ impl Controller {
                         .inc_by(*n);
                 }
             }
-            if self.faults.source() == "ebpf" && elapsed_ms > 0 {
-                let on_lower: u64 = f
-                    .faults_by_node
-                    .iter()
-                    .filter(|(n, _)| n.is_some_and(|n| lower.contains(&n)))
-                    .map(|(_, c)| c)
-                    .sum();
+            if !by_node {
+                continue;
+            }
+            let on_lower: u64 = f
+                .faults_by_node
+                .iter()
+                .filter(|(n, _)| n.is_some_and(|n| lower.contains(&n)))
+                .map(|(_, c)| c)
+                .sum();
+            lower_faults.insert(m.id, on_lower);
+            if elapsed_ms > 0 {
                 self.metrics
                     .container_lower_hint_faults_per_second
                     .get_or_create(&ContainerLabels {
@@ -351,5 +364,6 @@ impl Controller {
                     .set(on_lower as f64 * 1000.0 / elapsed_ms as f64);
             }
         }
+        lower_faults
     }
 }
