@@ -757,36 +757,66 @@ fn container_hint_counts(
         })
 }
 
-/// CPU seconds (utime + stime) of the `kswapd*` and `kdamond*` kernel threads.
-fn kernel_tiering_cpu_s() -> f64 {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.starts_with("kswapd") || c.starts_with("kdamond"))
-        })
-        .map(|pid| proc_usage(pid).0)
-        .sum()
+/// CPU time of the kernel's tiering threads (`kswapd*`, `kdamond*`), kept
+/// across their exits: a kdamond that tierd starts for an assist and stops
+/// again takes its CPU time with it from /proc, so a sum over the threads
+/// alive at each sample fell when one ended (and the assist's DAMON cost
+/// was left out of the tiering-CPU rows). Each thread, told apart by pid
+/// and start time, counts with the most CPU it was seen with; a thread
+/// born and gone between two samples, or its last seconds, are still
+/// missed (at most one sample interval of it).
+#[derive(Default)]
+struct TieringThreads {
+    /// (pid, start time in clock ticks) → utime + stime seconds last seen.
+    seen: BTreeMap<(u32, u64), f64>,
+}
+
+impl TieringThreads {
+    /// Reads the threads alive under `proc` (a /proc) and returns the CPU
+    /// seconds of every one seen so far, alive or gone.
+    fn sample(&mut self, proc: &Path) -> f64 {
+        if let Ok(dir) = fs::read_dir(proc) {
+            for pid in dir
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            {
+                let dir = proc.join(pid.to_string());
+                let tiering = fs::read_to_string(dir.join("comm"))
+                    .is_ok_and(|c| c.starts_with("kswapd") || c.starts_with("kdamond"));
+                if !tiering {
+                    continue;
+                }
+                let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
+                let Some((user, system, start)) = stat_times(&stat) else {
+                    continue;
+                };
+                let cpu = self.seen.entry((pid, start)).or_default();
+                *cpu = cpu.max(user + system);
+            }
+        }
+        self.seen.values().sum()
+    }
+}
+
+/// (utime, stime) in seconds and the start time in clock ticks from the
+/// text of /proc/PID/stat; `None` when it does not parse.
+fn stat_times(stat: &str) -> Option<(f64, f64, u64)> {
+    // Fields after the command name (which may contain spaces): utime,
+    // stime and starttime are fields 14, 15 and 22: 11, 12 and 19 after ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some((
+        field(11)? as f64 / clock_ticks(),
+        field(12)? as f64 / clock_ticks(),
+        field(19)?,
+    ))
 }
 
 /// (utime, stime) of a process in seconds, from /proc/PID/stat (0 when gone).
 fn proc_times(pid: u32) -> (f64, f64) {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may contain spaces): state is 3rd.
-    stat.rsplit_once(')')
-        .map(|(_, rest)| {
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            // utime, stime are fields 14 and 15 of stat: 11 and 12 after ')'.
-            (
-                tick(11) as f64 / clock_ticks(),
-                tick(12) as f64 / clock_ticks(),
-            )
-        })
-        .unwrap_or((0.0, 0.0))
+    stat_times(&stat).map_or((0.0, 0.0), |(u, s, _)| (u, s))
 }
 
 /// CPU seconds (utime + stime) and VmRSS of a process, from /proc.
@@ -819,6 +849,7 @@ fn host_sample(
     tierd: Option<u32>,
     workloads: &[u32],
     reading: Option<&hotness::probe::ProbeReading>,
+    threads: &mut TieringThreads,
 ) -> HostSample {
     let mut h = HostSample {
         t_s,
@@ -830,7 +861,7 @@ fn host_sample(
     if let Some(pid) = tierd {
         (h.tierd_cpu_s, h.tierd_rss_bytes) = proc_usage(pid);
     }
-    h.kernel_tiering_cpu_s = kernel_tiering_cpu_s();
+    h.kernel_tiering_cpu_s = threads.sample(Path::new("/proc"));
     for n in fast {
         let p = format!("/sys/devices/system/node/node{n}/meminfo");
         let text = fs::read_to_string(&p).unwrap_or_default();
@@ -1013,12 +1044,14 @@ fn run_mode(
         h.mode = mode.label().into();
         h
     };
+    let mut threads = TieringThreads::default();
     let mut host: Vec<HostSample> = vec![tag(host_sample(
         0.0,
         &fast,
         tierd_pid,
         &[],
         read_clock(clock).as_ref(),
+        &mut threads,
     ))];
     let mut next_sample = 0u64;
     let mut converged_s = None;
@@ -1043,7 +1076,14 @@ fn run_mode(
                 .flat_map(|r| std::iter::once(r.child.id()).chain(r.server.as_ref().map(Child::id)))
                 .collect();
             let reading = read_clock(clock);
-            let h = tag(host_sample(t, &fast, tierd_pid, &pids, reading.as_ref()));
+            let h = tag(host_sample(
+                t,
+                &fast,
+                tierd_pid,
+                &pids,
+                reading.as_ref(),
+                &mut threads,
+            ));
             let prev = host.last().unwrap().clone();
             let mut line = format!(
                 "t={t:>5.0}s | DRAM used {:>5.1}% | migrated {:>6.0} pages/s",
@@ -1833,7 +1873,46 @@ fn state_times(dir: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cycle_profile, metric_samples, Mode, Scenario};
+    use super::{cycle_profile, metric_samples, Mode, Scenario, TieringThreads};
+
+    /// A /proc/PID/stat line with `comm`, utime/stime ticks and a start time.
+    fn stat(pid: u32, comm: &str, utime: u64, stime: u64, start: u64) -> String {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+        // majflt cmajflt utime stime cutime cstime prio nice threads
+        // itrealvalue starttime ...
+        format!("{pid} ({comm}) S 2 0 0 0 -1 0 0 0 0 0 {utime} {stime} 0 0 20 0 1 0 {start} 0 0\n")
+    }
+
+    #[test]
+    fn tiering_cpu_keeps_a_kdamond_that_exited_and_tells_reused_pids_apart() {
+        let root = std::env::temp_dir().join(format!("tierscen-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let put = |pid: u32, comm: &str, u: u64, s: u64, start: u64| {
+            let d = root.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            std::fs::write(d.join("stat"), stat(pid, comm, u, s, start)).unwrap();
+        };
+        let tick = super::clock_ticks();
+        put(30, "kswapd0", 0, 100, 5);
+        put(31, "kdamond.0", 20, 80, 900);
+        put(40, "tierload", 500, 500, 950);
+        let mut t = TieringThreads::default();
+        let first = t.sample(&root);
+        assert!((first - 200.0 / tick).abs() < 1e-9, "{first}");
+        // The kdamond ran on, then exited: its CPU stays counted.
+        put(31, "kdamond.0", 20, 180, 900);
+        t.sample(&root);
+        std::fs::remove_dir_all(root.join("31")).unwrap();
+        put(30, "kswapd0", 0, 150, 5);
+        let after = t.sample(&root);
+        assert!((after - 350.0 / tick).abs() < 1e-9, "{after}");
+        // A new kdamond under the same pid is another thread.
+        put(31, "kdamond.0", 0, 10, 2000);
+        let reused = t.sample(&root);
+        assert!((reused - 360.0 / tick).abs() < 1e-9, "{reused}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn metric_samples_pick_whole_families() {
