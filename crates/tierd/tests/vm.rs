@@ -1838,6 +1838,95 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     );
 }
 
+/// The promotion assist needs lower-tier use: two tenants alike, each
+/// under its target with 80 of its 96 MiB on the lower tier. `warm` runs a
+/// 16 MiB hot set from there; `cold`'s lower-tier pages are its cold bulk
+/// (one access a second over 1 MiB). With the kernel's hot threshold at
+/// 0 ms it promotes nothing and recall is off, so neither container is
+/// promoted for. `warm`'s hint faults on the lower tier get it assisted
+/// (the baseline, same boot: the wait has passed for both); `cold`, whose
+/// lower tier draws (almost) no hint faults, stays unassisted for ten more
+/// cycles and no DAMON target watches it.
+#[test]
+fn assist_waits_for_hint_faults_on_the_lower_tier() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+damon_stat_off
+echo +cpuset > $CG/cgroup.subtree_control
+mkcg tenants.slice/warm
+echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
+echo 0 > /proc/sys/kernel/numa_balancing
+on_lower tenants.slice/warm 90 hotset --size-mib 96 --hot-mib 16 --hot-offset-mib 0 --report-s 60 || exit 1
+on_lower tenants.slice/cold 90 hotset --size-mib 96 --hot-mib 1 --rate 1 --report-s 60 || exit 1
+# Each on DRAM: 16 MiB more of its bulk, touched once (allocated by a
+# second process after cpuset.mems opened up).
+for t in warm cold; do start_in tenants.slice/$t tierload hotset --size-mib 16 --hot-mib 1 --rate 1 --report-s 60 > /dev/null; done
+wait_usage tenants.slice/warm 110 90 || exit 1
+wait_usage tenants.slice/cold 110 90 || exit 1
+emit_node tenants.slice/warm
+emit_node tenants.slice/cold
+NB=/sys/kernel/debug/sched/numa_balancing
+[ -d $NB ] || mount -t debugfs none /sys/kernel/debug
+echo 0 > $NB/hot_threshold_ms || { echo "FAIL: cannot write $NB/hot_threshold_ms"; exit 1; }
+echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
+printf '[daemon]\ninterval = "1s"\nassist_after = "2s"\nrecall = false\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+i=0
+until grep 'tierd promotes its hot lower-tier regions' /tmp/tierd.log | grep -q 'container=tenants.slice/warm'; do
+    i=$((i + 1)); [ $i -gt 600 ] && { echo "FAIL: warm was not assisted in 120 s"; break; }
+    sleep 0.2
+done
+for k in 1 2 3 4 5 6 7 8 9 10; do next_cycle || break; done
+emit_status
+emit_node tenants.slice/warm
+emit_node tenants.slice/cold
+kill -TERM $TIERD; wait $TIERD
+echo "ASSISTED $(grep 'tierd promotes its hot lower-tier regions' /tmp/tierd.log | grep -o 'container=tenants.slice/[a-z]*' | sort -u | tr '\n' ' ')"
+echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
+"#,
+        400,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert!(!g.output.contains("FAIL:"), "{}", g.output);
+    for t in ["tenants.slice/warm", "tenants.slice/cold"] {
+        let n = nodes(&g.output, t);
+        assert!(
+            n[0].1 >= 72 && n[0].0 >= 12,
+            "{t} should start with its bulk on node 1 and 16 MiB on node 0: {n:?}\n{}",
+            g.output
+        );
+    }
+    let assisted = field(&g.output, "ASSISTED");
+    eprintln!(
+        "assisted: {assisted}; MiB on node 0/1: warm {:?}, cold {:?}",
+        nodes(&g.output, "tenants.slice/warm"),
+        nodes(&g.output, "tenants.slice/cold")
+    );
+    assert!(
+        assisted.contains("container=tenants.slice/warm"),
+        "warm, whose hot set runs from the lower tier, was not assisted: {assisted}\n{}",
+        g.output
+    );
+    assert!(
+        !assisted.contains("container=tenants.slice/cold"),
+        "cold, whose lower tier is its cold bulk, was assisted: {assisted}\n{}",
+        g.output
+    );
+    // Both were under their targets all along: the wait had passed for cold.
+    let st = statuses(&g.output);
+    let last = st.last().expect("no status");
+    for t in ["tenants.slice/warm", "tenants.slice/cold"] {
+        let c = container(last, t).expect("container in status");
+        assert!(
+            c.fast_bytes + band(c.target_bytes) < c.target_bytes,
+            "{t} is not under target − band: {c:?}"
+        );
+    }
+}
+
 /// The hot swap: a container at its target (capped at `local_high` = 96
 /// MiB) holds 96 MiB of idle pages on DRAM while its 48 MiB hot set runs
 /// from the lower tier. With the kernel's hot threshold at 0 ms the kernel
@@ -2732,14 +2821,20 @@ grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
             g.output
         );
     }
-    // ff: its page cache went (most of it), its anonymous memory stayed.
+    // ff: its page cache went first, most of its anonymous memory stayed.
+    // The kernel drops rather than demotes part of a page cache read in a
+    // loop (a page busy when migrated is reclaimed instead) and `cat`
+    // reads it back into DRAM, so a file pass falls short and the rest
+    // comes from anonymous memory: 30–55 MiB of file moved and 0–16 of
+    // anon in runs so far (docs/NOTES.md "file_first and the page cache
+    // the kernel drops"). LRU order, in the same boot, moves no file.
     assert!(
-        ff[3] >= 40,
-        "ff's file pages were not demoted: {ff:?}\n{}",
+        ff[3] >= 24 && ff[3] >= lru[3] + 20,
+        "ff's file pages were not demoted: {ff:?} (LRU order: {lru:?})\n{}",
         g.output
     );
     assert!(
-        ff[1] <= 12,
+        ff[1] <= 20,
         "ff lost anonymous memory to the lower tier: {ff:?}\n{}",
         g.output
     );
