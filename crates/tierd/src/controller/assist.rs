@@ -132,7 +132,9 @@ impl Controller {
     /// (`hotness::pages::PageMover::promote`). All of them share the room
     /// read now, after this cycle's demotion: free fast-tier bytes above
     /// the headroom, so a promotion never pushes the fast node into its
-    /// watermarks (docs/NOTES.md "The guarantee's promotion needs DAMON").
+    /// watermarks (docs/NOTES.md "The guarantee's promotion needs DAMON"),
+    /// except that a container in a within-share swap may refill what its
+    /// own eviction freed this cycle (`swap_room`) in any case.
     /// A container DAMON has watched for less than `warm_up`, or not at all,
     /// is skipped. `what` names the caller in a log line when free memory
     /// cannot be read; `mechanism` labels the moved bytes
@@ -156,9 +158,12 @@ impl Controller {
             let Some(r) = readings.get(&c).filter(|r| r.monitored_for >= warm_up) else {
                 continue;
             };
-            let budget = want.min(room);
+            // A swap's promotion half may refill the room its own eviction
+            // made this cycle, headroom or not (see `recall`).
+            let swapped = self.swap_room.get(&c).copied().unwrap_or(0);
+            let budget = want.min(room.max(swapped));
             if budget == 0 {
-                break;
+                continue;
             }
             // Only regions whose sampled pages are partly on the lower
             // tier: the node queries (a few µs a page under emulation) are

@@ -533,7 +533,11 @@ impl Controller {
             let found = self
                 .known_hot
                 .check(m.id, &lower, demoted, enough, swapped == 0);
-            let budget = lack.min(room);
+            // A swap is a trade: its promotion half may refill the room its
+            // eviction made even where free memory was below the headroom
+            // before (the kernel's promotion keeps it near its watermark),
+            // or the trade would leave that much DRAM empty.
+            let budget = lack.min(room.max(swapped));
             let mut mv = Moved::default();
             for (pid, pages) in &found {
                 let left = budget.saturating_sub(mv.bytes);
