@@ -1846,7 +1846,7 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// promoted for. `warm`'s hint faults on the lower tier get it assisted
 /// (the baseline, same boot: the wait has passed for both); `cold`, whose
 /// lower tier draws (almost) no hint faults, stays unassisted for ten more
-/// cycles and no DAMON target watches it.
+/// cycles.
 #[test]
 fn assist_waits_for_hint_faults_on_the_lower_tier() {
     let g = boot(
@@ -2825,7 +2825,7 @@ grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
     // The kernel drops rather than demotes part of a page cache read in a
     // loop (a page busy when migrated is reclaimed instead) and `cat`
     // reads it back into DRAM, so a file pass falls short and the rest
-    // comes from anonymous memory: 30–55 MiB of file moved and 0–16 of
+    // comes from anonymous memory: 30–56 MiB of file moved and 0–16 of
     // anon in runs so far (docs/NOTES.md "file_first and the page cache
     // the kernel drops"). LRU order, in the same boot, moves no file.
     assert!(

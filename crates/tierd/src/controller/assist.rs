@@ -134,7 +134,8 @@ impl Controller {
     /// the headroom, so a promotion never pushes the fast node into its
     /// watermarks (docs/NOTES.md "The guarantee's promotion needs DAMON"),
     /// except that a container in a within-share swap may refill what its
-    /// own eviction freed this cycle (`swap_room`) in any case.
+    /// own eviction freed this cycle (`swap_room`, spent as it is used) in
+    /// any case.
     /// A container DAMON has watched for less than `warm_up`, or not at all,
     /// is skipped. `what` names the caller in a log line when free memory
     /// cannot be read; `mechanism` labels the moved bytes
@@ -174,7 +175,17 @@ impl Controller {
             results.push((c, mv));
         }
         for (c, mv) in results {
+            self.spend_swap_room(c, mv.bytes);
             self.record_move(managed, c, Direction::Promote, mechanism, &mv);
+        }
+    }
+
+    /// Takes `bytes` promoted for container `c` off the room its swap made
+    /// this cycle, so that a second promotion in the same cycle (the
+    /// guarantee's, then the assist's) does not spend it again.
+    pub(super) fn spend_swap_room(&mut self, c: u64, bytes: u64) {
+        if let Some(r) = self.swap_room.get_mut(&c) {
+            *r = r.saturating_sub(bytes);
         }
     }
 }

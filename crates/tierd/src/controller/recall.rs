@@ -565,6 +565,7 @@ impl Controller {
             }
         }
         for (c, mv) in results {
+            self.spend_swap_room(c, mv.bytes);
             self.record_move(managed, c, Direction::Promote, "recall", &mv);
         }
         self.metrics
