@@ -271,6 +271,10 @@ pub struct PolicyParams {
     /// put the newcomers' hottest pages on DRAM but cost tiering CPU (the
     /// agings) and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
+    /// The hot swap runs only this long after an arrival or exit (the
+    /// daemon's first cycle counts as one), in ms; 0: always. What it
+    /// repairs is made when the set of containers changes (`hotswap.rs`).
+    pub hot_swap_window_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -321,6 +325,7 @@ impl Default for PolicyParams {
             assist_after_ms: 10_000,
             band_trade: false,
             hot_swap: false,
+            hot_swap_window_ms: 60_000,
         }
     }
 }
@@ -410,8 +415,10 @@ pub struct ContainerPlan {
     /// swap").
     ///
     /// Hot swap (with [`PolicyParams::hot_swap`]), the same for a container
-    /// that is not assisted: at its target (damped or not), with at least a
-    /// sixteenth band of known-hot pages on the lower tier
+    /// that is not assisted: at its target (damped or not), within
+    /// [`PolicyParams::hot_swap_window_ms`] of an arrival or exit and at most
+    /// once every [`crate::HOT_SWAP_PERIOD_MS`], with at least a
+    /// quarter band of known-hot pages on the lower tier
     /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
     /// of its fast-tier pages idle for [`crate::HOT_SWAP_MIN_AGE_MS`] and
     /// the daemon's recall moves those pages into the room. It repairs
@@ -491,6 +498,10 @@ pub struct Plan {
     /// lower tier (a skewed tenant's tail) where faster scans find nothing,
     /// and one pushed under later by promotion churn gets more churn.
     pub scan_paced: bool,
+    /// The hot swap's window is open ([`PolicyParams::hot_swap_window_ms`]);
+    /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
+    /// daemon need not count known-hot pages below for the next cycle.
+    pub hot_swap_open: bool,
 }
 
 impl Plan {
@@ -520,6 +531,20 @@ pub struct PolicyState {
     pub steady: SteadyState,
     /// Promotion assist per under-target container (see `assist.rs`).
     pub assist: std::collections::BTreeMap<ContainerId, AssistState>,
+    /// When the hot swap may run (see `hotswap.rs`).
+    pub hot_swap: HotSwapState,
+}
+
+/// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and
+/// [`crate::HOT_SWAP_PERIOD_MS`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HotSwapState {
+    /// The containers of the last cycle, in id order.
+    pub members: Vec<ContainerId>,
+    /// When (policy clock) the set of containers last changed.
+    pub changed_ms: Option<u64>,
+    /// When each container last swapped (policy clock).
+    pub last_ms: std::collections::BTreeMap<ContainerId, u64>,
 }
 
 /// Promotion-assist state of one under-target container.

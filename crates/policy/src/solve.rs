@@ -349,11 +349,21 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // lower-tier regions, charged to both its buckets. Its own demotion
     // makes the room, so nobody else's claim or the headroom pays for it.
     // The hot swap is the same for one that is not assisted, with its
-    // known-hot pages: at least a sixteenth band of them (a smaller trade
-    // is not worth the aging it takes). Damped or not: its halves move
+    // known-hot pages: at least a quarter band of them (a smaller trade
+    // is not worth the aging it takes), within a minute of an arrival or
+    // exit and at most once every few cycles (hotswap.rs: each swap is an
+    // aging of the container). Damped or not: its halves move
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
+    let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    let hot_swap_open = params.hot_swap
+        && crate::hotswap::window_open(
+            &mut state.hot_swap,
+            now_ms,
+            &ids,
+            params.hot_swap_window_ms,
+        );
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -367,8 +377,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 cs[i].lower_hot_bytes?
             } else {
                 let known = cs[i].known_hot_below_bytes;
-                let min = (band_bytes(params, p.target_bytes) / 16).max(1);
-                if !params.hot_swap || known < min {
+                let min = (band_bytes(params, p.target_bytes) / 4).max(1);
+                if !hot_swap_open
+                    || known < min
+                    || !crate::hotswap::due(&state.hot_swap, p.id, now_ms)
+                {
                     return None;
                 }
                 known
@@ -390,6 +403,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         promote_tokens[i] += back;
         global_promote += back;
         plans[i].swap_bytes = take;
+        if take > 0 && !plans[i].assisted {
+            crate::hotswap::record(&mut state.hot_swap, plans[i].id, now_ms);
+        }
         plans[i].promote_bytes = plans[i].promote_bytes.saturating_add(take);
         plans[i].demote_bytes = plans[i].demote_bytes.saturating_add(take);
     }
@@ -435,7 +451,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     state.global_demote_tokens = global_demote;
     state.global_promote_tokens = global_promote;
 
-    let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
     let settled = plans.iter().all(|p| p.state != PlacementState::UnderTarget);
     let steady = crate::steady::observe(&mut state.steady, now_ms, &ids, settled, params.steady_ms);
     let under: Vec<ContainerId> = plans
@@ -463,6 +478,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         steady,
         promote_gate,
         scan_paced,
+        hot_swap_open,
     }
 }
 

@@ -32,6 +32,7 @@ fn params() -> PolicyParams {
         assist_after_ms: 0,
         band_trade: false,
         hot_swap: true,
+        hot_swap_window_ms: 0,
     }
 }
 
@@ -1776,8 +1777,8 @@ fn a_container_at_its_target_swaps_idle_pages_for_its_known_hot_lower_tier_pages
     );
     assert_eq!((a.swap_bytes, a.demote_bytes), (0, 0));
     assert_eq!(plan.need_bytes, 0);
-    // Under a sixteenth of its band (1 MiB): not worth an aging.
-    let plan = run(&hot_swap_case(MIB - 4096), &p);
+    // Under a quarter of its band (4 MiB): not worth an aging.
+    let plan = run(&hot_swap_case(4 * MIB - 4096), &p);
     assert_eq!(plan.get(2).unwrap().swap_bytes, 0);
     // Off: none.
     let off = PolicyParams {
@@ -1821,4 +1822,31 @@ fn a_container_at_its_target_swaps_idle_pages_for_its_known_hot_lower_tier_pages
     let mut s = hot_swap_case(300 * MIB);
     s.containers[1].slow_bytes = 6 * MIB;
     assert_eq!(run(&s, &p).get(2).unwrap().swap_bytes, 6 * MIB);
+}
+
+/// The hot swap through `solve`, cycle by cycle: at most once every
+/// HOT_SWAP_PERIOD_MS (2 s cycles: every third), and only within the
+/// window after the first cycle (an arrival); an exit opens it again.
+#[test]
+fn the_hot_swap_runs_every_few_cycles_and_only_after_an_arrival_or_exit() {
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        hot_swap_window_ms: 20_000,
+        ..params()
+    };
+    let s = hot_swap_case(8 * MIB);
+    let mut st = PolicyState::default();
+    let swapped: Vec<u64> = (0..15)
+        .filter_map(|_| {
+            let plan = solve(&s, &p, &mut st);
+            (plan.get(2).unwrap().swap_bytes > 0).then_some(st.clock_ms)
+        })
+        .collect();
+    // Clock 2 s at the first cycle; the window ends at 22 s.
+    assert_eq!(swapped, vec![2_000, 8_000, 14_000, 20_000]);
+    assert!(!solve(&s, &p, &mut st).hot_swap_open);
+    // Container 1 leaves: the window opens again.
+    let mut after = s.clone();
+    after.containers.remove(0);
+    assert!(solve(&after, &p, &mut st).hot_swap_open);
 }

@@ -102,6 +102,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0..=10_000u64,
         any::<bool>(),
         any::<bool>(),
+        prop_oneof![Just(0u64), Just(60_000u64)],
     )
         .prop_map(
             |(
@@ -116,6 +117,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
+                hot_swap_window_ms,
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -135,6 +137,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
+                hot_swap_window_ms,
             },
         )
 }
@@ -483,5 +486,40 @@ proptest! {
         let need = (u128::from(s.fast_unmanaged_bytes) + managed + u128::from(p.headroom_bytes) + claims)
             .saturating_sub(u128::from(s.fast_capacity_bytes));
         prop_assert_eq!(u128::from(plan.need_bytes), need.min(u128::from(u64::MAX)));
+    }
+}
+
+proptest! {
+    /// Hot-swap pacing: whatever the snapshot and params, over a run of
+    /// cycles with the same containers a non-assisted container swaps at
+    /// most once every HOT_SWAP_PERIOD_MS, and never once the window after
+    /// the first cycle (an arrival) has passed.
+    #[test]
+    fn the_hot_swap_is_paced_and_ends_with_its_window(
+        s in snapshot(),
+        p in params(),
+        known in 0..=256u64 << 20,
+        cycles in 1..60usize,
+    ) {
+        let mut s = s;
+        s.elapsed_ms = s.elapsed_ms.max(1);
+        for c in &mut s.containers {
+            c.known_hot_below_bytes = known;
+        }
+        let mut st = PolicyState::default();
+        let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
+        for _ in 0..cycles {
+            let plan = solve(&s, &p, &mut st);
+            let now = st.clock_ms;
+            for pc in plan.containers.iter().filter(|pc| pc.swap_bytes > 0 && !pc.assisted) {
+                prop_assert!(p.hot_swap);
+                prop_assert!(plan.hot_swap_open);
+                // The first cycle is at clock elapsed_ms: the window counts from it.
+                prop_assert!(p.hot_swap_window_ms == 0 || now - s.elapsed_ms < p.hot_swap_window_ms);
+                if let Some(t) = last.insert(pc.id, now) {
+                    prop_assert!(now - t >= HOT_SWAP_PERIOD_MS, "{} then {}", t, now);
+                }
+            }
+        }
     }
 }

@@ -627,13 +627,18 @@ pub struct LimitsConfig {
     /// trade").
     pub band_trade: bool,
     /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
-    /// target (damped or not) with at least a sixteenth band of known-hot pages
+    /// target (damped or not) with at least a quarter band of known-hot pages
     /// on the lower tier demotes as many of its fast-tier pages idle for
     /// 5 s and recall moves the hot ones into the room (needs lru_gen and
-    /// `daemon.recall`; goes with `hotness.hot_latency`). Off by default: in the
+    /// `daemon.recall`; goes with `hotness.hot_latency`), at most once every
+    /// `policy::HOT_SWAP_PERIOD_MS` per container. Off by default: in the
     /// demo it put the newcomers' hottest pages on DRAM but cost tiering CPU
     /// and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
+    /// How long after an arrival or exit (and tierd's start) the hot swap
+    /// runs; "0": always.
+    #[serde(deserialize_with = "de_duration")]
+    pub hot_swap_window: Duration,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -663,6 +668,7 @@ impl Default for LimitsConfig {
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
             band_trade: p.band_trade,
             hot_swap: p.hot_swap,
+            hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
         }
     }
 }
@@ -1408,6 +1414,7 @@ impl Config {
             },
             band_trade: l.band_trade,
             hot_swap: l.hot_swap && self.daemon.recall,
+            hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
         }
     }
 }

@@ -1,0 +1,93 @@
+//! When the hot swap may run ([`crate::ContainerPlan::swap_bytes`] of a
+//! container that is not assisted, with [`crate::PolicyParams::hot_swap`]).
+//!
+//! Each swap costs an MGLRU aging of the container on the fast node (a walk
+//! of its page tables: `cgroupctl::LruGen::evict_cold`) and a recall of its
+//! known-hot pages. Swapping every cycle made the age phase 7× and tierd's
+//! CPU 2× the plain defaults' in the demo, and in a steady state much of
+//! the volume was tail pages for tail pages (docs/NOTES.md "Hot swap").
+//! What the swap repairs is made when the set of containers changes: a
+//! newcomer that took DRAM first come with pages it never touches again,
+//! an incumbent cut to its share in seconds that lost hot pages with its
+//! cold ones. So the swap is bounded twice:
+//! - in time: only within [`crate::PolicyParams::hot_swap_window_ms`] of
+//!   the last arrival or exit (0: always);
+//! - in rate: a container swaps at most once every [`HOT_SWAP_PERIOD_MS`],
+//!   so one aging serves the known-hot pages of several cycles.
+//!
+//! Pure: time is the policy clock (`PolicyState::clock_ms`).
+
+use crate::model::{ContainerId, HotSwapState};
+
+/// A container's hot swaps are at least this far apart, milliseconds
+/// (three cycles at the default 2 s interval).
+pub const HOT_SWAP_PERIOD_MS: u64 = 6_000;
+
+/// Records this cycle's containers (`ids`, in id order) and says whether
+/// the hot swap's window is open: an arrival or exit less than
+/// `window_ms` ago (the first cycle counts as one: the daemon has not seen
+/// the placement before). `window_ms` 0: always open. Drops the swap
+/// records of containers that are gone.
+pub(crate) fn window_open(
+    st: &mut HotSwapState,
+    now_ms: u64,
+    ids: &[ContainerId],
+    window_ms: u64,
+) -> bool {
+    if st.members != ids {
+        st.members = ids.to_vec();
+        st.changed_ms = Some(now_ms);
+        st.last_ms.retain(|id, _| ids.binary_search(id).is_ok());
+    }
+    window_ms == 0
+        || st
+            .changed_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) < window_ms)
+}
+
+/// Whether container `id` may swap at `now_ms`: it has not swapped in the
+/// last [`HOT_SWAP_PERIOD_MS`].
+pub(crate) fn due(st: &HotSwapState, id: ContainerId, now_ms: u64) -> bool {
+    st.last_ms
+        .get(&id)
+        .is_none_or(|&t| now_ms.saturating_sub(t) >= HOT_SWAP_PERIOD_MS)
+}
+
+/// Records that container `id` swapped at `now_ms`.
+pub(crate) fn record(st: &mut HotSwapState, id: ContainerId, now_ms: u64) {
+    st.last_ms.insert(id, now_ms);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_opens_at_each_arrival_or_exit_and_closes_after_it() {
+        let mut st = HotSwapState::default();
+        let (a, b): (ContainerId, ContainerId) = (1, 2);
+        assert!(window_open(&mut st, 0, &[a], 60_000), "first cycle");
+        assert!(window_open(&mut st, 59_999, &[a], 60_000));
+        assert!(!window_open(&mut st, 60_000, &[a], 60_000));
+        assert!(window_open(&mut st, 90_000, &[a, b], 60_000), "arrival");
+        assert!(!window_open(&mut st, 150_000, &[a, b], 60_000));
+        assert!(window_open(&mut st, 160_000, &[b], 60_000), "exit");
+        assert!(window_open(&mut st, 1 << 40, &[b], 0), "0: always open");
+    }
+
+    #[test]
+    fn a_container_swaps_at_most_once_a_period() {
+        let mut st = HotSwapState::default();
+        let (a, b): (ContainerId, ContainerId) = (1, 2);
+        window_open(&mut st, 0, &[a, b], 60_000);
+        assert!(due(&st, a, 0));
+        record(&mut st, a, 2_000);
+        assert!(!due(&st, a, 2_000 + HOT_SWAP_PERIOD_MS - 1));
+        assert!(due(&st, a, 2_000 + HOT_SWAP_PERIOD_MS));
+        assert!(due(&st, b, 2_000), "per container");
+        // A container that leaves and comes back is due at once.
+        window_open(&mut st, 4_000, &[b], 60_000);
+        window_open(&mut st, 6_000, &[a, b], 60_000);
+        assert!(due(&st, a, 6_000));
+    }
+}
