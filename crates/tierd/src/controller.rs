@@ -635,6 +635,7 @@ impl Controller {
                     state = ?p.state, demote = p.demote_bytes, promote = p.promote_bytes,
                     recallable = c.recallable_bytes, lower_hot = ?c.lower_hot_bytes,
                     lower_faults = ?c.lower_hint_faults,
+                    known_hot_below = c.known_hot_below_bytes, swap = p.swap_bytes,
                     fast_free, "plan");
             }
         }
