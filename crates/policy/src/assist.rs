@@ -31,6 +31,15 @@
 //! the mover does not find are not worth a kdamond); over its target the
 //! assist ends.
 //!
+//! With [`crate::PolicyParams::arrival_assist`], a container inside its band
+//! but a quarter band or more under its target, within
+//! [`crate::PolicyParams::hot_swap_window_ms`] of an arrival or exit, is
+//! waited for and assisted the same way (`Progress::short`): the kernel's
+//! scan of a newcomer backs off to a minute while it climbs, and one that
+//! stops inside its band keeps its first touches (cold) on DRAM and part of
+//! its hot set below, with no hint fault to find them by (docs/NOTES.md
+//! "Session 55: the arrival assist").
+//!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
 use std::collections::BTreeMap;
@@ -82,6 +91,10 @@ pub(crate) struct Progress {
     pub under: bool,
     /// Within its band this cycle, with bytes on the lower tier.
     pub at_target: bool,
+    /// Within its band but a quarter band or more under its target, within
+    /// the window after an arrival or exit, with the arrival assist on:
+    /// waited for and assisted as if under its target.
+    pub short: bool,
     /// Thrash damping engaged (its pages ping-pong).
     pub damped: bool,
     /// Bytes promoted for it since the last cycle (kernel and tierd).
@@ -124,7 +137,7 @@ pub(crate) fn observe(
             if after_ms == 0 {
                 return false;
             }
-            if !c.under {
+            if !c.under && !c.short {
                 let Some(s) = st.get_mut(&c.id).filter(|s| s.assisted) else {
                     return false;
                 };
@@ -186,7 +199,7 @@ pub(crate) fn observe(
     st.retain(|id, _| {
         cs.iter()
             .zip(&out)
-            .any(|(c, &a)| c.id == *id && (c.under || a))
+            .any(|(c, &a)| c.id == *id && (c.under || c.short || a))
     });
     out
 }

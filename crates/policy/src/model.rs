@@ -275,6 +275,13 @@ pub struct PolicyParams {
     /// daemon's first cycle counts as one), in ms; 0: always. What it
     /// repairs is made when the set of containers changes (`hotswap.rs`).
     pub hot_swap_window_ms: u64,
+    /// Arrival assist (`assist.rs`): within `hot_swap_window_ms` of an
+    /// arrival or exit, a container inside its band but a quarter band or
+    /// more under its target is assisted like one under its target − band
+    /// (after `assist_after_ms` with nothing promoted for it, its lower tier
+    /// in use), so that its within-share swap trades the idle pages it
+    /// holds for its hot lower-tier regions.
+    pub arrival_assist: bool,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -326,6 +333,7 @@ impl Default for PolicyParams {
             band_trade: false,
             hot_swap: false,
             hot_swap_window_ms: 60_000,
+            arrival_assist: false,
         }
     }
 }

@@ -200,6 +200,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
 
+    // The window after an arrival or exit (hotswap.rs), for the arrival
+    // assist and the hot swap.
+    let members: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    let window_open = crate::hotswap::window_open(
+        &mut state.hot_swap,
+        now_ms,
+        &members,
+        params.hot_swap_window_ms,
+    );
+
     // Promotion assist (assist.rs): who has waited too long for the
     // kernel's promotion.
     if !params.tierd_promotes {
@@ -212,6 +222,12 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                     id: c.id,
                     under: p.state == PlacementState::UnderTarget,
                     at_target: p.state == PlacementState::AtTarget && c.slow_bytes > 0,
+                    short: params.arrival_assist
+                        && window_open
+                        && p.state == PlacementState::AtTarget
+                        && p.damping_level == 0
+                        && c.slow_bytes > 0
+                        && c.fast_bytes.saturating_add(band / 4) < p.target_bytes,
                     damped: p.damping_level > 0,
                     promoted_bytes: c.migrations.promoted_bytes,
                     lower_hot_bytes: c.lower_hot_bytes,
@@ -356,14 +372,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
-    let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
-    let hot_swap_open = params.hot_swap
-        && crate::hotswap::window_open(
-            &mut state.hot_swap,
-            now_ms,
-            &ids,
-            params.hot_swap_window_ms,
-        );
+    let hot_swap_open = params.hot_swap && window_open;
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -452,14 +461,25 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     state.global_promote_tokens = global_promote;
 
     let settled = plans.iter().all(|p| p.state != PlacementState::UnderTarget);
-    let steady = crate::steady::observe(&mut state.steady, now_ms, &ids, settled, params.steady_ms);
+    let steady = crate::steady::observe(
+        &mut state.steady,
+        now_ms,
+        &members,
+        settled,
+        params.steady_ms,
+    );
     let under: Vec<ContainerId> = plans
         .iter()
         .filter(|p| p.state == PlacementState::UnderTarget)
         .map(|p| p.id)
         .collect();
-    let scan_paced =
-        crate::steady::pace_scan(&mut state.steady, now_ms, &ids, &under, params.scan_pace_ms);
+    let scan_paced = crate::steady::pace_scan(
+        &mut state.steady,
+        now_ms,
+        &members,
+        &under,
+        params.scan_pace_ms,
+    );
     let promote_gate = crate::steady::promote_gate(
         &mut state.steady,
         now_ms,

@@ -33,6 +33,7 @@ fn params() -> PolicyParams {
         band_trade: false,
         hot_swap: true,
         hot_swap_window_ms: 0,
+        arrival_assist: false,
     }
 }
 
@@ -1552,6 +1553,71 @@ fn an_assisted_container_at_its_target_swaps_its_oldest_pages_for_its_hot_lower_
     for _ in 0..10 {
         assert!(!solve(&s, &p, &mut st).get(2).unwrap().assisted);
     }
+}
+
+#[test]
+fn the_arrival_assist_serves_a_newcomer_stalled_inside_its_band() {
+    // Pool 1024 MiB, usage demand, equal weights: targets 512 MiB each,
+    // band 16 MiB. The newcomer holds 500 MiB on DRAM (12 MiB short, inside
+    // its band) with 30 MiB below; nothing is promoted for it any more.
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        assist_after_ms: 10_000,
+        hot_swap: false,
+        hot_swap_window_ms: 60_000,
+        arrival_assist: true,
+        ..params()
+    };
+    let mut s = snap(
+        1024 * MIB,
+        vec![c(1, 524 * MIB, 276 * MIB), c(2, 500 * MIB, 30 * MIB)],
+    );
+    s.elapsed_ms = 2_000;
+    let run_cycles = |p: &PolicyParams, s: &mut Snapshot, st: &mut PolicyState, n: u64| {
+        (0..n)
+            .map(|_| {
+                let plan = solve(s, p, st);
+                let c = plan.get(2).unwrap();
+                assert_eq!(
+                    (c.target_bytes, c.state),
+                    (512 * MIB, PlacementState::AtTarget)
+                );
+                assert!(!plan.get(1).unwrap().assisted);
+                c.assisted
+            })
+            .collect::<Vec<bool>>()
+    };
+    // The window opens at the first cycle (2 s); 10 s with nothing
+    // promoted later, at 12 s (cycle 6), the newcomer is assisted.
+    let mut st = PolicyState::default();
+    let got = run_cycles(&p, &mut s, &mut st, 8);
+    assert_eq!(got, [false, false, false, false, false, true, true, true]);
+    // Assisted at its target with DAMON's hot regions below: it swaps.
+    s.containers[1].lower_hot_bytes = Some(8 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(2).unwrap().swap_bytes, 8 * MIB);
+    // Off: never assisted inside its band.
+    let off = PolicyParams {
+        arrival_assist: false,
+        ..p.clone()
+    };
+    s.containers[1].lower_hot_bytes = None;
+    let got = run_cycles(&off, &mut s, &mut PolicyState::default(), 40);
+    assert!(got.iter().all(|&a| !a));
+    // Only while the window is open: a newcomer that stalls 60 s after the
+    // last arrival is left to the kernel.
+    let mut st = PolicyState::default();
+    s.containers[1].fast_bytes = 512 * MIB;
+    run_cycles(&p, &mut s, &mut st, 30);
+    s.containers[1].fast_bytes = 500 * MIB;
+    let got = run_cycles(&p, &mut s, &mut st, 20);
+    assert!(got.iter().all(|&a| !a), "{got:?}");
+    // Less than a quarter band short: not waited for.
+    let mut st = PolicyState::default();
+    s.containers[1].fast_bytes = 509 * MIB;
+    let got = run_cycles(&p, &mut s, &mut st, 20);
+    assert!(got.iter().all(|&a| !a));
 }
 
 #[test]

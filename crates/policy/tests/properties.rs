@@ -102,7 +102,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0..=10_000u64,
         any::<bool>(),
         any::<bool>(),
-        prop_oneof![Just(0u64), Just(60_000u64)],
+        (prop_oneof![Just(0u64), Just(60_000u64)], any::<bool>()),
     )
         .prop_map(
             |(
@@ -117,7 +117,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
-                hot_swap_window_ms,
+                (hot_swap_window_ms, arrival_assist),
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -138,6 +138,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 band_trade,
                 hot_swap,
                 hot_swap_window_ms,
+                arrival_assist,
             },
         )
 }

@@ -639,6 +639,13 @@ pub struct LimitsConfig {
     /// runs; "0": always.
     #[serde(deserialize_with = "de_duration")]
     pub hot_swap_window: Duration,
+    /// Arrival assist (`policy::PolicyParams::arrival_assist`): within
+    /// `hot_swap_window` of an arrival or exit, a container inside its band
+    /// but a quarter band or more under its target is assisted (DAMON, then
+    /// the within-share swap) like one under its band. Needs what the
+    /// assist needs (`hotness.source = "damon"`, the move_pages mover,
+    /// `daemon.assist_after` > 0).
+    pub arrival_assist: bool,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -669,6 +676,7 @@ impl Default for LimitsConfig {
             band_trade: p.band_trade,
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
+            arrival_assist: p.arrival_assist,
         }
     }
 }
@@ -1415,6 +1423,7 @@ impl Config {
             band_trade: l.band_trade,
             hot_swap: l.hot_swap && self.daemon.recall,
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
+            arrival_assist: l.arrival_assist,
         }
     }
 }

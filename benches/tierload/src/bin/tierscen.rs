@@ -89,6 +89,9 @@ enum Mode {
     /// `hotness.hot_latency = "250ms"` (the hot swap), to compare with
     /// `tierd` in the same boot.
     TierdSwap,
+    /// `tierd` with `limits.arrival_assist = true`, to compare with `tierd`
+    /// in the same boot.
+    TierdArrival,
 }
 
 impl Mode {
@@ -106,6 +109,7 @@ impl Mode {
             Mode::TierdHeat => "tierd-heat",
             Mode::TierdTrade => "tierd-trade",
             Mode::TierdSwap => "tierd-swap",
+            Mode::TierdArrival => "tierd-arrival",
         }
     }
 
@@ -135,6 +139,7 @@ impl Mode {
                 ("limits", "hot_swap", toml::Value::from(true)),
                 ("hotness", "hot_latency", toml::Value::from("250ms")),
             ],
+            Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -926,7 +931,8 @@ fn run_mode(
         | Mode::TierdHot
         | Mode::TierdHeat
         | Mode::TierdTrade
-        | Mode::TierdSwap => {
+        | Mode::TierdSwap
+        | Mode::TierdArrival => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
