@@ -92,6 +92,15 @@ enum Mode {
     /// `tierd` with `limits.arrival_assist = true`, to compare with `tierd`
     /// in the same boot.
     TierdArrival,
+    /// `tierd` with `limits.steady_promote_rate = "0"`: the kernel's
+    /// promotion never limited or closed in a steady state.
+    TierdOpen,
+    /// `tierd` with `limits.steady_hot_below = "0"`: the kernel's promotion
+    /// held at `steady_promote_rate` in a steady state, never closed.
+    TierdLimited,
+    /// `tierd` with `limits.arrival_guard = "20s"`, to compare with `tierd`
+    /// in the same boot.
+    TierdGuard,
 }
 
 impl Mode {
@@ -110,6 +119,9 @@ impl Mode {
             Mode::TierdTrade => "tierd-trade",
             Mode::TierdSwap => "tierd-swap",
             Mode::TierdArrival => "tierd-arrival",
+            Mode::TierdOpen => "tierd-open",
+            Mode::TierdLimited => "tierd-limited",
+            Mode::TierdGuard => "tierd-guard",
         }
     }
 
@@ -140,6 +152,9 @@ impl Mode {
                 ("hotness", "hot_latency", toml::Value::from("250ms")),
             ],
             Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
+            Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
+            Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
+            Mode::TierdGuard => &[("limits", "arrival_guard", toml::Value::from("20s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -932,7 +947,10 @@ fn run_mode(
         | Mode::TierdHeat
         | Mode::TierdTrade
         | Mode::TierdSwap
-        | Mode::TierdArrival => {
+        | Mode::TierdArrival
+        | Mode::TierdOpen
+        | Mode::TierdLimited
+        | Mode::TierdGuard => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -1953,6 +1971,17 @@ mod tests {
         assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(true));
         assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("250ms"));
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
+        // The steady-state gate's two other settings: open, and limited.
+        let v: toml::Table = toml::from_str(&Mode::TierdOpen.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["steady_promote_rate"].as_str(), Some("0"));
+        assert!(v["limits"].get("steady_hot_below").is_none());
+        let v: toml::Table =
+            toml::from_str(&Mode::TierdLimited.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["steady_hot_below"].as_str(), Some("0"));
+        assert!(v["limits"].get("steady_promote_rate").is_none());
+        assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
+        let v: toml::Table = toml::from_str(&Mode::TierdGuard.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["arrival_guard"].as_str(), Some("20s"));
     }
 
     /// Every scenario file of the repository is one tierscen accepts (its
