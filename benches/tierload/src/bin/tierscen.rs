@@ -1960,7 +1960,7 @@ mod tests {
 
     /// A tierd-* mode changes only its keys of the scenario's config.
     #[test]
-    fn the_trade_mode_turns_the_trade_on_and_keeps_the_rest() {
+    fn each_tierd_mode_sets_only_its_keys() {
         let text = "[daemon]\ninterval = \"1s\"\n[limits]\nband = \"5%\"\n";
         let v: toml::Table = toml::from_str(&Mode::TierdTrade.tierd_config(text).unwrap()).unwrap();
         assert_eq!(v["limits"]["band_trade"].as_bool(), Some(true));
