@@ -4,7 +4,6 @@
 //!
 //! The control law (docs/DESIGN.md "Policy semantics") is documented on [`solve`].
 
-mod arrival;
 mod assist;
 mod bucket;
 mod demand;

@@ -282,13 +282,6 @@ pub struct PolicyParams {
     /// in use), so that its within-share swap trades the idle pages it
     /// holds for its hot lower-tier regions.
     pub arrival_assist: bool,
-    /// Arrival guard (`arrival.rs`), ms; 0: off. For this long after a
-    /// container arrives (its usage first reaches `band_min_bytes`) while
-    /// the daemon runs, it gets `memory.min` whenever `memory.low`
-    /// protects it and another container holds fast-tier memory without
-    /// protection, so that kswapd demotes the containers above their
-    /// targets and not the newcomer's first touches.
-    pub arrival_guard_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -341,7 +334,6 @@ impl Default for PolicyParams {
             hot_swap: false,
             hot_swap_window_ms: 60_000,
             arrival_assist: false,
-            arrival_guard_ms: 0,
         }
     }
 }
@@ -397,9 +389,7 @@ pub struct ContainerPlan {
     /// their `local_low`; `memory.min` is never reclaimed
     /// (`mem_cgroup_below_min`). Like `memory.low` it covers total usage,
     /// which is why it is the whole usage; it lapses as soon as the
-    /// container holds more than its target. The same, with the arrival
-    /// guard, for a container that arrived less than
-    /// [`PolicyParams::arrival_guard_ms`] ago (see `arrival.rs`).
+    /// container holds more than its target.
     pub memory_min_bytes: u64,
     /// Of this cycle's `promote_bytes`, what the `local_low` guarantee
     /// lacks on the fast tier (min(guarantee − fast, promote_bytes), 0 for
@@ -551,18 +541,6 @@ pub struct PolicyState {
     pub assist: std::collections::BTreeMap<ContainerId, AssistState>,
     /// When the hot swap may run (see `hotswap.rs`).
     pub hot_swap: HotSwapState,
-    /// When containers arrived, for the arrival guard (see `arrival.rs`).
-    pub arrival: ArrivalState,
-}
-
-/// Arrival-guard state (see [`PolicyParams::arrival_guard_ms`]).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ArrivalState {
-    /// Whether a cycle was recorded since the guard was last off.
-    pub started: bool,
-    /// Per container holding memory: when it arrived (policy clock), or
-    /// None when it held memory at the first cycle recorded.
-    pub arrived_ms: std::collections::BTreeMap<ContainerId, Option<u64>>,
 }
 
 /// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and

@@ -452,27 +452,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 0
             };
     }
-    // The arrival guard (arrival.rs): a protected newcomer gets memory.min
-    // too while it arrives, as long as kswapd has unprotected fast-tier
-    // pages of another container to take instead.
-    let usages: Vec<(ContainerId, u64)> = cs.iter().map(|c| (c.id, usage_bytes(c))).collect();
-    let recent = crate::arrival::recent(
-        &mut state.arrival,
-        now_ms,
-        &usages,
-        params.band_min_bytes,
-        params.arrival_guard_ms,
-    );
-    let unprotected_fast = plans.iter().zip(&cs).any(|(p, c)| {
-        p.state != PlacementState::Pinned && p.memory_low_bytes == 0 && c.fast_bytes > 0
-    });
-    if unprotected_fast {
-        for (p, _) in plans.iter_mut().zip(&recent).filter(|(_, &r)| r) {
-            if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 {
-                p.memory_min_bytes = p.memory_low_bytes;
-            }
-        }
-    }
 
     // New state: exactly the containers of this snapshot (prunes the rest).
     // The input is in key order, so collecting is a linear bulk build.

@@ -34,7 +34,6 @@ fn params() -> PolicyParams {
         hot_swap: true,
         hot_swap_window_ms: 0,
         arrival_assist: false,
-        arrival_guard_ms: 0,
     }
 }
 
@@ -1196,61 +1195,6 @@ fn memory_min_guards_a_guarantee_while_its_container_is_protected() {
     // never gets one.
     assert_eq!(min_of(300, 600).0, 400 * MIB);
     assert_eq!(min_of(300, 600).2, 0);
-}
-
-#[test]
-fn the_arrival_guard_gives_a_protected_newcomer_memory_min_for_its_window() {
-    // Pool 900 MiB, identical-cache's arrival: cache-a (1) holds 600 MiB on
-    // DRAM; cache-b (2) has an empty cgroup, then allocates.
-    let p = PolicyParams {
-        demand: DemandSource::Usage,
-        band_min_bytes: 16 * MIB,
-        arrival_guard_ms: 20_000,
-        ..params()
-    };
-    let mut st = PolicyState::default();
-    let mut s = snap(900 * MIB, vec![c(1, 600 * MIB, 0), c(2, 0, 0)]);
-    s.elapsed_ms = 2_000;
-    let mins = |plan: &Plan| {
-        (
-            plan.get(1).unwrap().memory_min_bytes,
-            plan.get(2).unwrap().memory_min_bytes,
-        )
-    };
-    // Nobody has arrived: cache-a was there at the first cycle.
-    assert_eq!(mins(&solve(&s, &p, &mut st)), (0, 0));
-    // cache-b allocates: under its target, protected, and cache-a over
-    // its target unprotected: cache-b gets memory.min = its usage.
-    s.containers[1] = c(2, 250 * MIB, 150 * MIB);
-    let plan = solve(&s, &p, &mut st);
-    assert_eq!(plan.get(1).unwrap().memory_low_bytes, 0);
-    assert_eq!(mins(&plan), (0, 400 * MIB));
-    // Once cache-a is down to its target it is protected too: nothing is
-    // left for kswapd to take without reclaiming a protected memcg, so
-    // the guard lapses.
-    s.containers[0] = c(1, 450 * MIB, 150 * MIB);
-    s.containers[1] = c(2, 440 * MIB, 160 * MIB);
-    assert_eq!(mins(&solve(&s, &p, &mut st)), (0, 0));
-    // cache-a above its target again, inside the window: guarded again.
-    s.containers[0] = c(1, 500 * MIB, 100 * MIB);
-    s.containers[1] = c(2, 390 * MIB, 210 * MIB);
-    assert_eq!(mins(&solve(&s, &p, &mut st)).1, 600 * MIB);
-    // The window (20 s from the arrival at 4 s) ends.
-    for _ in 0..7 {
-        solve(&s, &p, &mut st);
-    }
-    assert_eq!(st.clock_ms, 22_000);
-    assert_eq!(mins(&solve(&s, &p, &mut st)), (0, 0));
-    // Off: never.
-    let off = PolicyParams {
-        arrival_guard_ms: 0,
-        ..p.clone()
-    };
-    let mut st = PolicyState::default();
-    s.containers = vec![c(1, 600 * MIB, 0)];
-    solve(&s, &off, &mut st);
-    s.containers = vec![c(1, 600 * MIB, 0), c(2, 250 * MIB, 150 * MIB)];
-    assert_eq!(mins(&solve(&s, &off, &mut st)), (0, 0));
 }
 
 // ---- Steady state (kernel promotion limited) --------------------------------

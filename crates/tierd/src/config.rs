@@ -646,15 +646,6 @@ pub struct LimitsConfig {
     /// assist needs (`hotness.source = "damon"`, the move_pages mover,
     /// `daemon.assist_after` > 0).
     pub arrival_assist: bool,
-    /// Arrival guard (`policy::PolicyParams::arrival_guard_ms`): for this
-    /// long after a container arrives while tierd runs, it gets
-    /// `memory.min` (written as `max`) whenever `memory.low` protects it
-    /// and another container holds fast-tier memory unprotected, so that
-    /// kswapd demotes the containers above their targets instead of the
-    /// newcomer's first touches (the multi-gen LRU reclaims below
-    /// `memory.low` on its second visit). "0" (the default): off.
-    #[serde(deserialize_with = "de_duration")]
-    pub arrival_guard: Duration,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -686,7 +677,6 @@ impl Default for LimitsConfig {
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             arrival_assist: p.arrival_assist,
-            arrival_guard: Duration::from_millis(p.arrival_guard_ms),
         }
     }
 }
@@ -1434,7 +1424,6 @@ impl Config {
             hot_swap: l.hot_swap && self.daemon.recall,
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
             arrival_assist: l.arrival_assist,
-            arrival_guard_ms: l.arrival_guard.as_millis() as u64,
         }
     }
 }

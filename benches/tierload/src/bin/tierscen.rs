@@ -98,9 +98,6 @@ enum Mode {
     /// `tierd` with `limits.steady_hot_below = "0"`: the kernel's promotion
     /// held at `steady_promote_rate` in a steady state, never closed.
     TierdLimited,
-    /// `tierd` with `limits.arrival_guard = "20s"`, to compare with `tierd`
-    /// in the same boot.
-    TierdGuard,
 }
 
 impl Mode {
@@ -121,7 +118,6 @@ impl Mode {
             Mode::TierdArrival => "tierd-arrival",
             Mode::TierdOpen => "tierd-open",
             Mode::TierdLimited => "tierd-limited",
-            Mode::TierdGuard => "tierd-guard",
         }
     }
 
@@ -154,7 +150,6 @@ impl Mode {
             Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
             Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
-            Mode::TierdGuard => &[("limits", "arrival_guard", toml::Value::from("20s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -949,8 +944,7 @@ fn run_mode(
         | Mode::TierdSwap
         | Mode::TierdArrival
         | Mode::TierdOpen
-        | Mode::TierdLimited
-        | Mode::TierdGuard => {
+        | Mode::TierdLimited => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -1980,8 +1974,6 @@ mod tests {
         assert_eq!(v["limits"]["steady_hot_below"].as_str(), Some("0"));
         assert!(v["limits"].get("steady_promote_rate").is_none());
         assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
-        let v: toml::Table = toml::from_str(&Mode::TierdGuard.tierd_config(text).unwrap()).unwrap();
-        assert_eq!(v["limits"]["arrival_guard"].as_str(), Some("20s"));
     }
 
     /// Every scenario file of the repository is one tierscen accepts (its
