@@ -11,6 +11,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
+use nix::sys::signal::{SigSet, Signal as NixSignal};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
 
@@ -42,17 +43,48 @@ pub struct Signals {
     hup: Signal,
 }
 
+/// SIGTERM, SIGINT and SIGHUP held pending in the thread that called
+/// [`Signals::block`] (and in every thread it starts afterwards) until
+/// [`Signals::install`] has listeners for them.
+pub struct BlockedSignals(SigSet);
+
 impl Signals {
-    /// Registers SIGTERM, SIGINT and SIGHUP handlers. Must run inside the
-    /// tokio runtime, before anything is written.
+    /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread. Call it
+    /// before the tokio runtime is built, so that its threads inherit the
+    /// mask and only the thread that later calls [`Signals::install`]
+    /// takes them.
     ///
-    /// Errors: the handlers cannot be registered (no signal driver).
-    pub fn install() -> std::io::Result<Signals> {
-        Ok(Signals {
+    /// Why: tokio's `signal()` installs the process's handler before it
+    /// subscribes the listener (`signal_with_handle`, tokio 1.54), and a
+    /// signal its driver broadcasts in between reaches no one. A stop sent
+    /// in that instant was ignored, handler installed, and tierd ran on.
+    ///
+    /// Errors: `pthread_sigmask(2)` fails (it does not for valid signals).
+    pub fn block() -> nix::Result<BlockedSignals> {
+        let mut set = SigSet::empty();
+        for s in [NixSignal::SIGTERM, NixSignal::SIGINT, NixSignal::SIGHUP] {
+            set.add(s);
+        }
+        set.thread_block()?;
+        Ok(BlockedSignals(set))
+    }
+
+    /// Registers SIGTERM, SIGINT and SIGHUP handlers, then unblocks them in
+    /// the calling thread: a signal sent since [`Signals::block`] is
+    /// delivered now, to listeners that exist. Must run inside the tokio
+    /// runtime (the binary's `block_on` thread, the one that blocked them),
+    /// before anything is written.
+    ///
+    /// Errors: the handlers cannot be registered (no signal driver), or the
+    /// mask cannot be restored.
+    pub fn install(blocked: BlockedSignals) -> std::io::Result<Signals> {
+        let signals = Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
-        })
+        };
+        blocked.0.thread_unblock().map_err(std::io::Error::from)?;
+        Ok(signals)
     }
 }
 
@@ -387,6 +419,31 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    /// A stop sent after [`Signals::block`] and before the listeners exist
+    /// (the instant in which tokio alone drops it) is delivered once they
+    /// do. Sent to this thread only, so no other test thread, where SIGTERM
+    /// is not blocked, takes it.
+    #[test]
+    fn a_stop_sent_while_the_handlers_are_installed_is_kept() {
+        std::thread::spawn(|| {
+            let blocked = Signals::block().unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            nix::sys::signal::raise(NixSignal::SIGTERM).unwrap();
+            rt.block_on(async {
+                let mut s = Signals::install(blocked).unwrap();
+                tokio::time::timeout(std::time::Duration::from_secs(10), s.term.recv())
+                    .await
+                    .expect("the SIGTERM sent before the listener existed was lost");
+            });
+        })
+        .join()
+        .unwrap();
+    }
 
     /// `kernel.numa_balancing` follows the promotion mode in effect: the
     /// tiering bit off while tierd promotes, on while `promotion = "tierd"`

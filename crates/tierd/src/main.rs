@@ -68,6 +68,10 @@ fn main() -> Result<()> {
             }
         },
         Command::Run => {
+            // Blocked before the runtime's threads exist, so they inherit
+            // the mask and a stop sent while the handlers are being
+            // installed waits for them (Signals::block).
+            let blocked = tierd::daemon::Signals::block()?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .max_blocking_threads(2)
@@ -75,7 +79,7 @@ fn main() -> Result<()> {
                 .build()?;
             // Signals first, before anything is written (daemon::run).
             let res = rt.block_on(async {
-                let signals = tierd::daemon::Signals::install()?;
+                let signals = tierd::daemon::Signals::install(blocked)?;
                 tierd::daemon::run(cfg, signals).await
             });
             if let Err(e) = &res {

@@ -493,7 +493,9 @@ cat /tmp/tierd.log
 /// tierd touches (demotion_enabled, numa_balancing, memory.low, memory.min,
 /// kdamonds) at its pre-start value. The last run waits for the third cycle
 /// and shows the settings changed first, so the check cannot pass because
-/// tierd never got to write anything.
+/// tierd never got to write anything. Every stop must end tierd within 60 s:
+/// a SIGTERM that came while tokio installed its handler was once lost
+/// (`Signals::block`).
 #[test]
 fn sigterm_at_any_instant_restores_everything() {
     let g = boot(
@@ -514,13 +516,33 @@ TOML
 state() {
     echo "demotion=$(cat /sys/kernel/mm/numa/demotion_enabled) nb=$(cat /proc/sys/kernel/numa_balancing) low=$(cat $CG/tenants.slice/a/memory.low) min=$(cat $CG/tenants.slice/a/memory.min) kdamonds=$(cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds)"
 }
+# Waits for tierd $1 to end; one still running 60 s after SIGTERM is
+# reported (log tail, threads) and killed, so that the test fails here
+# with the cause rather than at the guest's timeout.
+stopped() {
+    i=0
+    while kill -0 $1 2>/dev/null && ! grep -qs '^State:.*Z' /proc/$1/status; do
+        i=$((i + 1))
+        if [ $i -gt 600 ]; then
+            echo "HUNG: tierd still running 60 s after SIGTERM"
+            tail -20 /tmp/tierd.log
+            for t in /proc/$1/task/*; do
+                echo "TASK $(cat $t/comm) $(grep State $t/status) wchan=$(cat $t/wchan)"
+            done
+            kill -KILL $1
+            break
+        fi
+        sleep 0.1
+    done
+    wait $1
+}
 echo "BEFORE $(state)"
 for d in 0 0.02 0.05 0.1 0.2 0.4 0.7 1 1.5 2.5; do
     tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
     T=$!
     sleep $d
     kill -TERM $T
-    wait $T
+    stopped $T
     echo "AFTER $d rc=$? $(state)"
 done
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
@@ -528,7 +550,7 @@ T=$!
 wait_cycles 3
 echo "RUNNING $(state)"
 kill -TERM $T
-wait $T
+stopped $T
 echo "AFTER cycle3 rc=$? $(state)"
 "#,
         ]
