@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// The guest: `tierload` and `hint-probe` (release builds) and the shell
-/// helpers; the CXL lower tier takes the longest (212-258 s for the test
+/// helpers; the CXL lower tier takes the longest (314-403 s for the test
 /// below).
 fn guest() -> testbed::VmConfig {
     let bins = testbed::guest_binaries(&["tierload", "hint-probe"]).unwrap_or_else(|e| {
