@@ -40,6 +40,17 @@ wait_usage() {
     done
 }
 
+# wait_empty CGROUP TIMEOUT_S: waits until no task is left in CGROUP (killed
+# tasks have exited and freed their memory); fails past TIMEOUT_S. Reads
+# cgroup.procs: `test -s` is always false on cgroupfs (files of size 0).
+wait_empty() {
+    local i=0
+    while grep -q . "$CG/$1/cgroup.procs"; do
+        i=$((i + 1)); [ "$i" -gt "$(( $2 * 10 ))" ] && { echo "FAIL: tasks left in $1 $2 s after kill"; return 1; }
+        sleep 0.1
+    done
+}
+
 # wait_fast CGROUP MIB TIMEOUT_S: waits until CGROUP holds at least MIB on
 # node 0, at most TIMEOUT_S seconds; the caller checks what it reached.
 wait_fast() {

@@ -82,15 +82,8 @@ scanned() {
 }
 hf() { awk '/^numa_hint_faults /{print $2}' $CG/$1/memory.stat; }
 # Until the killed tasks have left both cgroups: their memory would pass
-# the new tasks' usage check before those had allocated theirs. (Read,
-# not `test -s`: cgroupfs files report size 0.)
-gone() {
-    local i=0
-    while grep -q . $CG/t/a/cgroup.procs || grep -q . $CG/t/b/cgroup.procs; do
-        i=$((i + 1)); [ $i -gt 300 ] && { echo "FAIL: tasks left in t/a or t/b 60 s after kill"; return 1; }
-        sleep 0.2
-    done
-}
+# the new tasks' usage check before those had allocated theirs.
+gone() { wait_empty t/a 60; wait_empty t/b 60; }
 # wait_lower CGROUP MIB: until CGROUP holds MIB on node 1 (at most 60 s):
 # the cpuset is widened only then, so none of it is allocated on node 0,
 # whose pages mode 2 does not scan.

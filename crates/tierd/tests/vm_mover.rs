@@ -234,13 +234,8 @@ run() { # run TAG CGROUP [tierload args]: one fresh 256 MiB process, one mover
         echo "$tag $(movebench move --pid $pid --from 1 --to 0 --batch 65536)"
     fi
     kill $pid
-    # Exited (memory freed); left a zombie for PID 1, so no rmdir. (Read,
-    # not `test -s`: cgroupfs files report size 0.)
-    local w=0
-    while grep -q . "$CG/$cg/cgroup.procs"; do
-        w=$((w + 1)); [ $w -gt 600 ] && { echo "FAIL: $cg not empty 60 s after kill"; exit 1; }
-        sleep 0.1
-    done
+    # Exited (memory freed); left a zombie for PID 1, so no rmdir.
+    wait_empty "$cg" 60 || exit 1
 }
 for i in 1 2 3 4; do
     run MV4K a$i
