@@ -17,32 +17,29 @@
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
-use crate::model::{ContainerId, HotSwapState};
+use crate::model::{ContainerId, HotSwapState, Membership};
 
 /// A container's hot swaps are at least this far apart, milliseconds
 /// (three cycles at the default 2 s interval).
 pub const HOT_SWAP_PERIOD_MS: u64 = 6_000;
 
-/// Records this cycle's containers (`ids`, in id order) and says whether
-/// the hot swap's window is open: an arrival or exit less than
-/// `window_ms` ago (the first cycle counts as one: the daemon has not seen
-/// the placement before). `window_ms` 0: always open. Drops the swap
-/// records of containers that are gone.
+/// Says whether the hot swap's window is open at `now_ms`: an arrival or
+/// exit (`members`, recorded this cycle; the first cycle counts as one: the
+/// daemon has not seen the placement before) less than `window_ms` ago.
+/// `window_ms` 0: always open. `changed` (the set changed this cycle) drops
+/// the swap records of containers that are gone.
 pub(crate) fn window_open(
     st: &mut HotSwapState,
+    members: &Membership,
+    changed: bool,
     now_ms: u64,
-    ids: &[ContainerId],
     window_ms: u64,
 ) -> bool {
-    if st.members != ids {
-        st.members = ids.to_vec();
-        st.changed_ms = Some(now_ms);
-        st.last_ms.retain(|id, _| ids.binary_search(id).is_ok());
+    if changed {
+        st.last_ms
+            .retain(|id, _| members.ids.binary_search(id).is_ok());
     }
-    window_ms == 0
-        || st
-            .changed_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) < window_ms)
+    window_ms == 0 || members.changed_within(now_ms, window_ms)
 }
 
 /// Whether container `id` may swap at `now_ms`: it has not swapped in the
@@ -62,32 +59,44 @@ pub(crate) fn record(st: &mut HotSwapState, id: ContainerId, now_ms: u64) {
 mod tests {
     use super::*;
 
+    /// One cycle: the containers recorded, then the window asked.
+    fn cycle(
+        st: &mut HotSwapState,
+        m: &mut Membership,
+        now: u64,
+        ids: &[ContainerId],
+        w: u64,
+    ) -> bool {
+        let changed = m.observe(now, ids);
+        window_open(st, m, changed, now, w)
+    }
+
     #[test]
     fn the_window_opens_at_each_arrival_or_exit_and_closes_after_it() {
-        let mut st = HotSwapState::default();
+        let (mut st, mut m) = (HotSwapState::default(), Membership::default());
         let (a, b): (ContainerId, ContainerId) = (1, 2);
-        assert!(window_open(&mut st, 0, &[a], 60_000), "first cycle");
-        assert!(window_open(&mut st, 59_999, &[a], 60_000));
-        assert!(!window_open(&mut st, 60_000, &[a], 60_000));
-        assert!(window_open(&mut st, 90_000, &[a, b], 60_000), "arrival");
-        assert!(!window_open(&mut st, 150_000, &[a, b], 60_000));
-        assert!(window_open(&mut st, 160_000, &[b], 60_000), "exit");
-        assert!(window_open(&mut st, 1 << 40, &[b], 0), "0: always open");
+        assert!(cycle(&mut st, &mut m, 0, &[a], 60_000), "first cycle");
+        assert!(cycle(&mut st, &mut m, 59_999, &[a], 60_000));
+        assert!(!cycle(&mut st, &mut m, 60_000, &[a], 60_000));
+        assert!(cycle(&mut st, &mut m, 90_000, &[a, b], 60_000), "arrival");
+        assert!(!cycle(&mut st, &mut m, 150_000, &[a, b], 60_000));
+        assert!(cycle(&mut st, &mut m, 160_000, &[b], 60_000), "exit");
+        assert!(cycle(&mut st, &mut m, 1 << 40, &[b], 0), "0: always open");
     }
 
     #[test]
     fn a_container_swaps_at_most_once_a_period() {
-        let mut st = HotSwapState::default();
+        let (mut st, mut m) = (HotSwapState::default(), Membership::default());
         let (a, b): (ContainerId, ContainerId) = (1, 2);
-        window_open(&mut st, 0, &[a, b], 60_000);
+        cycle(&mut st, &mut m, 0, &[a, b], 60_000);
         assert!(due(&st, a, 0));
         record(&mut st, a, 2_000);
         assert!(!due(&st, a, 2_000 + HOT_SWAP_PERIOD_MS - 1));
         assert!(due(&st, a, 2_000 + HOT_SWAP_PERIOD_MS));
         assert!(due(&st, b, 2_000), "per container");
         // A container that leaves and comes back is due at once.
-        window_open(&mut st, 4_000, &[b], 60_000);
-        window_open(&mut st, 6_000, &[a, b], 60_000);
+        cycle(&mut st, &mut m, 4_000, &[b], 60_000);
+        cycle(&mut st, &mut m, 6_000, &[a, b], 60_000);
         assert!(due(&st, a, 6_000));
     }
 }

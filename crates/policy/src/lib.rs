@@ -8,6 +8,7 @@ mod assist;
 mod bucket;
 mod demand;
 mod hotswap;
+mod membership;
 mod model;
 mod solve;
 mod steady;

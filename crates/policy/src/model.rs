@@ -536,6 +536,10 @@ pub struct PolicyState {
     /// Sum of `elapsed_ms` over all snapshots: the policy's own clock.
     pub clock_ms: u64,
     pub thrash: std::collections::BTreeMap<ContainerId, ThrashState>,
+    /// The containers of the last cycle and when each arrived (see
+    /// `membership.rs`): the steady-state detector, the scan pacing and the
+    /// hot swap's window all read it.
+    pub members: Membership,
     pub steady: SteadyState,
     /// Promotion assist per under-target container (see `assist.rs`).
     pub assist: std::collections::BTreeMap<ContainerId, AssistState>,
@@ -543,14 +547,24 @@ pub struct PolicyState {
     pub hot_swap: HotSwapState,
 }
 
+/// The containers of the last cycle, recorded once per solve.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Membership {
+    /// The containers of the last cycle, in id order.
+    pub ids: Vec<ContainerId>,
+    /// When (policy clock) the set of containers last changed: an arrival
+    /// or an exit. `None` until a cycle has seen a container.
+    pub changed_ms: Option<u64>,
+    /// When (policy clock) each container of the last cycle was first seen
+    /// (see [`Plan::scan_paced`]); a container that leaves and comes back
+    /// arrives again.
+    pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
+}
+
 /// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and
 /// [`crate::HOT_SWAP_PERIOD_MS`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct HotSwapState {
-    /// The containers of the last cycle, in id order.
-    pub members: Vec<ContainerId>,
-    /// When (policy clock) the set of containers last changed.
-    pub changed_ms: Option<u64>,
     /// When each container last swapped (policy clock).
     pub last_ms: std::collections::BTreeMap<ContainerId, u64>,
 }
@@ -578,13 +592,8 @@ pub struct AssistState {
 /// Steady-state detector state (see [`Plan::steady`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SteadyState {
-    /// The containers of the last cycle, in id order.
-    pub members: Vec<ContainerId>,
     /// Since when no container has been under its target (policy clock).
     pub since_ms: Option<u64>,
-    /// When each container of the last cycle was first seen (policy
-    /// clock); see [`Plan::scan_paced`].
-    pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
     /// The gate of the last cycle, and until when (policy clock) hot pages
     /// seen on the lower tier keep it [`PromoteGate::Limited`].
     pub gate: PromoteGate,

@@ -200,13 +200,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
 
-    // The window after an arrival or exit (hotswap.rs), for the arrival
-    // assist and the hot swap.
-    let members: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    // This cycle's containers, recorded once (membership.rs); then the
+    // window after an arrival or exit (hotswap.rs), for the arrival assist
+    // and the hot swap.
+    let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    let changed = state.members.observe(now_ms, &ids);
     let window_open = crate::hotswap::window_open(
         &mut state.hot_swap,
+        &state.members,
+        changed,
         now_ms,
-        &members,
         params.hot_swap_window_ms,
     );
 
@@ -464,7 +467,8 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let steady = crate::steady::observe(
         &mut state.steady,
         now_ms,
-        &members,
+        &state.members,
+        changed,
         settled,
         params.steady_ms,
     );
@@ -473,13 +477,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .filter(|p| p.state == PlacementState::UnderTarget)
         .map(|p| p.id)
         .collect();
-    let scan_paced = crate::steady::pace_scan(
-        &mut state.steady,
-        now_ms,
-        &members,
-        &under,
-        params.scan_pace_ms,
-    );
+    let scan_paced = crate::steady::pace_scan(&state.members, now_ms, &under, params.scan_pace_ms);
     let promote_gate = crate::steady::promote_gate(
         &mut state.steady,
         now_ms,

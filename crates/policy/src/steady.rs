@@ -17,31 +17,30 @@
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
-use crate::model::{ContainerId, PromoteGate, SteadyState};
+use crate::model::{ContainerId, Membership, PromoteGate, SteadyState};
 
 /// Records one cycle and says whether the state is steady: no container
 /// under its target − band (`settled` this cycle) and the same containers,
 /// without a break, for at least `steady_ms`.
 ///
-/// `ids` are this cycle's containers in id order. An arrival or exit, and
-/// any cycle with a container under target, restart the clock: a newcomer
-/// is under its target until the kernel has promoted its share.
+/// `members` are this cycle's containers, recorded this cycle; `changed`:
+/// the set changed with it. An arrival or exit, and any cycle with a
+/// container under target, restart the clock: a newcomer is under its
+/// target until the kernel has promoted its share.
 pub(crate) fn observe(
     st: &mut SteadyState,
     now_ms: u64,
-    ids: &[ContainerId],
+    members: &Membership,
+    changed: bool,
     settled: bool,
     steady_ms: u64,
 ) -> bool {
-    let same = st.members == ids;
-    if !same {
-        st.members = ids.to_vec();
-    }
-    if !settled || !same || ids.is_empty() {
+    let empty = members.ids.is_empty();
+    if !settled || changed || empty {
         st.since_ms = None;
         // An arrival restarts the clock even when it is settled from the
         // start (a container whose usage fits its target).
-        if settled && !ids.is_empty() {
+        if settled && !empty {
             st.since_ms = Some(now_ms);
         }
         return false;
@@ -50,34 +49,22 @@ pub(crate) fn observe(
     now_ms.saturating_sub(since) >= steady_ms
 }
 
-/// Records this cycle's containers (`ids`) and the ones under their
-/// target − band (`under`), and says whether one of those arrived less
-/// than `pace_ms` ago. A container's clock starts the first cycle it is
-/// seen and is dropped when it is gone. Only arrivals are paced: a
-/// container pushed under its target later is in the kernel's promotion
-/// bursts (its scan is paced by the task's runtime, not the period), and
-/// faster scans there only add churn (docs/NOTES.md "NUMA balancing's scan
-/// period"). `ids` are in id order. `pace_ms` 0: never, and nothing kept.
+/// Says whether one of the containers under their target − band (`under`)
+/// arrived (`members`, recorded this cycle) less than `pace_ms` ago. Only
+/// arrivals are paced: a container pushed under its target later is in the
+/// kernel's promotion bursts (its scan is paced by the task's runtime, not
+/// the period), and faster scans there only add churn (docs/NOTES.md "NUMA
+/// balancing's scan period"). `pace_ms` 0: never.
 pub(crate) fn pace_scan(
-    st: &mut SteadyState,
+    members: &Membership,
     now_ms: u64,
-    ids: &[ContainerId],
     under: &[ContainerId],
     pace_ms: u64,
 ) -> bool {
-    if pace_ms == 0 {
-        st.arrived_ms.clear();
-        return false;
-    }
-    st.arrived_ms.retain(|id, _| ids.binary_search(id).is_ok());
-    for &id in ids {
-        st.arrived_ms.entry(id).or_insert(now_ms);
-    }
-    under.iter().any(|id| {
-        st.arrived_ms
-            .get(id)
-            .is_some_and(|&t| now_ms.saturating_sub(t) < pace_ms)
-    })
+    pace_ms > 0
+        && under
+            .iter()
+            .any(|&id| members.arrived_within(id, now_ms, pace_ms))
 }
 
 /// Records one cycle and says where the daemon holds the kernel's promotion
@@ -130,58 +117,82 @@ pub(crate) fn promote_gate(
 mod tests {
     use super::*;
 
+    /// One cycle of the detector: the containers recorded, then asked.
+    fn observe_ids(
+        st: &mut (SteadyState, Membership),
+        now: u64,
+        ids: &[ContainerId],
+        settled: bool,
+        steady_ms: u64,
+    ) -> bool {
+        let changed = st.1.observe(now, ids);
+        observe(&mut st.0, now, &st.1, changed, settled, steady_ms)
+    }
+
+    /// One cycle of the scan pacing: the containers recorded, then asked.
+    fn pace_ids(
+        m: &mut Membership,
+        now: u64,
+        ids: &[ContainerId],
+        under: &[ContainerId],
+        pace_ms: u64,
+    ) -> bool {
+        m.observe(now, ids);
+        pace_scan(m, now, under, pace_ms)
+    }
+
     #[test]
     fn steady_after_the_settle_time_and_not_before() {
-        let mut st = SteadyState::default();
+        let mut st = Default::default();
         let ids = [1, 2];
-        assert!(!observe(&mut st, 0, &ids, true, 10_000));
-        assert!(!observe(&mut st, 9_999, &ids, true, 10_000));
-        assert!(observe(&mut st, 10_000, &ids, true, 10_000));
-        assert!(observe(&mut st, 20_000, &ids, true, 10_000));
+        assert!(!observe_ids(&mut st, 0, &ids, true, 10_000));
+        assert!(!observe_ids(&mut st, 9_999, &ids, true, 10_000));
+        assert!(observe_ids(&mut st, 10_000, &ids, true, 10_000));
+        assert!(observe_ids(&mut st, 20_000, &ids, true, 10_000));
     }
 
     #[test]
     fn a_container_under_target_or_a_new_one_restarts_the_clock() {
-        let mut st = SteadyState::default();
-        assert!(!observe(&mut st, 0, &[1, 2], true, 10_000));
-        assert!(observe(&mut st, 10_000, &[1, 2], true, 10_000));
+        let mut st = Default::default();
+        assert!(!observe_ids(&mut st, 0, &[1, 2], true, 10_000));
+        assert!(observe_ids(&mut st, 10_000, &[1, 2], true, 10_000));
         // Under target: open at once, and the settle time starts again.
-        assert!(!observe(&mut st, 12_000, &[1, 2], false, 10_000));
-        assert!(!observe(&mut st, 14_000, &[1, 2], true, 10_000));
-        assert!(!observe(&mut st, 23_999, &[1, 2], true, 10_000));
-        assert!(observe(&mut st, 24_000, &[1, 2], true, 10_000));
+        assert!(!observe_ids(&mut st, 12_000, &[1, 2], false, 10_000));
+        assert!(!observe_ids(&mut st, 14_000, &[1, 2], true, 10_000));
+        assert!(!observe_ids(&mut st, 23_999, &[1, 2], true, 10_000));
+        assert!(observe_ids(&mut st, 24_000, &[1, 2], true, 10_000));
         // An arrival, settled or not, restarts it too; so does an exit.
-        assert!(!observe(&mut st, 26_000, &[1, 2, 3], true, 10_000));
-        assert!(!observe(&mut st, 35_999, &[1, 2, 3], true, 10_000));
-        assert!(observe(&mut st, 36_000, &[1, 2, 3], true, 10_000));
-        assert!(!observe(&mut st, 38_000, &[1, 3], true, 10_000));
-        assert!(observe(&mut st, 48_000, &[1, 3], true, 10_000));
+        assert!(!observe_ids(&mut st, 26_000, &[1, 2, 3], true, 10_000));
+        assert!(!observe_ids(&mut st, 35_999, &[1, 2, 3], true, 10_000));
+        assert!(observe_ids(&mut st, 36_000, &[1, 2, 3], true, 10_000));
+        assert!(!observe_ids(&mut st, 38_000, &[1, 3], true, 10_000));
+        assert!(observe_ids(&mut st, 48_000, &[1, 3], true, 10_000));
     }
 
     #[test]
     fn the_scan_is_paced_for_a_while_after_an_arrival_under_target() {
-        let mut st = SteadyState::default();
-        assert!(!pace_scan(&mut st, 0, &[], &[], 30_000));
+        let mut st = Membership::default();
+        assert!(!pace_ids(&mut st, 0, &[], &[], 30_000));
         // 1 arrives at its target: not paced; falls under at 40 s: not
         // an arrival, not paced.
-        assert!(!pace_scan(&mut st, 1_000, &[1], &[], 30_000));
-        assert!(!pace_scan(&mut st, 40_000, &[1], &[1], 30_000));
+        assert!(!pace_ids(&mut st, 1_000, &[1], &[], 30_000));
+        assert!(!pace_ids(&mut st, 40_000, &[1], &[1], 30_000));
         // 2 arrives under its target: paced for 30 s, while under.
-        assert!(pace_scan(&mut st, 50_000, &[1, 2], &[2], 30_000));
-        assert!(!pace_scan(&mut st, 60_000, &[1, 2], &[], 30_000));
-        assert!(pace_scan(&mut st, 79_999, &[1, 2], &[2, 1], 30_000));
-        assert!(!pace_scan(&mut st, 80_000, &[1, 2], &[2], 30_000));
+        assert!(pace_ids(&mut st, 50_000, &[1, 2], &[2], 30_000));
+        assert!(!pace_ids(&mut st, 60_000, &[1, 2], &[], 30_000));
+        assert!(pace_ids(&mut st, 79_999, &[1, 2], &[2, 1], 30_000));
+        assert!(!pace_ids(&mut st, 80_000, &[1, 2], &[2], 30_000));
         // Gone and forgotten; back later: a new arrival.
-        assert!(!pace_scan(&mut st, 81_000, &[1], &[1], 30_000));
+        assert!(!pace_ids(&mut st, 81_000, &[1], &[1], 30_000));
         assert_eq!(st.arrived_ms.len(), 1);
-        assert!(pace_scan(&mut st, 82_000, &[1, 2], &[2], 30_000));
-        assert!(!pace_scan(&mut st, 82_000, &[3], &[3], 0), "0: never");
+        assert!(pace_ids(&mut st, 82_000, &[1, 2], &[2], 30_000));
+        assert!(!pace_ids(&mut st, 82_000, &[3], &[3], 0), "0: never");
     }
 
     #[test]
     fn no_containers_is_never_steady() {
-        let mut st = SteadyState::default();
-        assert!(!observe(&mut st, 0, &[], true, 0));
-        assert!(!observe(&mut st, 60_000, &[], true, 0));
+        let mut st = Default::default();
+        assert!(!observe_ids(&mut st, 0, &[], true, 0));
+        assert!(!observe_ids(&mut st, 60_000, &[], true, 0));
     }
 }
