@@ -82,11 +82,13 @@ struct {
  * record layout: pages hot by the kernel's own test that stay on the lower
  * tier until its next scan pass, for tierd's recall. A sample: one pass over
  * a full fast tier refuses tens of thousands, and what the buffer has no
- * room for is lost uncounted. 512 KiB: ~10k records (42 MiB of base
- * pages), more than tierd remembers per container. */
+ * room for is lost uncounted. 1 MiB: ~21k records (85 MiB of base pages),
+ * more than tierd remembers per container (16k pages) and one whole pass
+ * over a 48 MiB hot set (12.3k refusals), which at 512 KiB (~10.9k) lost
+ * its last 1.2k pages whenever no drain fell inside the pass. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 512 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } refusals SEC(".maps");
 
 /* Hint faults on pages away from the faulting CPU's node (with memory

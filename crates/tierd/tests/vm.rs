@@ -1796,6 +1796,14 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         g.output
     );
     let recalled = recalled_bytes(&g.output, "tenants.slice/a");
+    // Shown on success too: how close a run came to the bounds.
+    let refused = g.output.lines().find(|l| l.starts_with("REFUSED"));
+    println!(
+        "a on DRAM (MiB) {} -> {}, {recalled} B recalled, {}",
+        before.0,
+        after.0,
+        refused.unwrap_or("REFUSED ?")
+    );
     // What the kernel did not promote came by recall: refused pages.
     let want = 44 - before.0 - 4;
     assert!(
