@@ -36,8 +36,7 @@ pub(crate) fn window_open(
     window_ms: u64,
 ) -> bool {
     if changed {
-        st.last_ms
-            .retain(|id, _| members.ids.binary_search(id).is_ok());
+        st.last_ms.retain(|&id, _| members.contains(id));
     }
     window_ms == 0 || members.changed_within(now_ms, window_ms)
 }

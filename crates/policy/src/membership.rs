@@ -16,10 +16,9 @@ impl Membership {
     /// first cycle with containers counts as a change (the daemon has not
     /// seen the placement before); a cycle with none as before does not.
     pub(crate) fn observe(&mut self, now_ms: u64, ids: &[ContainerId]) -> bool {
-        if self.ids == ids {
+        if self.arrived_ms.keys().eq(ids) {
             return false;
         }
-        self.ids = ids.to_vec();
         self.changed_ms = Some(now_ms);
         self.arrived_ms
             .retain(|id, _| ids.binary_search(id).is_ok());
@@ -27,6 +26,16 @@ impl Membership {
             self.arrived_ms.entry(id).or_insert(now_ms);
         }
         true
+    }
+
+    /// Whether container `id` was in the last recorded cycle.
+    pub(crate) fn contains(&self, id: ContainerId) -> bool {
+        self.arrived_ms.contains_key(&id)
+    }
+
+    /// Whether the last recorded cycle had no container.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.arrived_ms.is_empty()
     }
 
     /// Whether the set changed less than `window_ms` before `now_ms`.

@@ -550,15 +550,13 @@ pub struct PolicyState {
 /// The containers of the last cycle, recorded once per solve.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Membership {
-    /// The containers of the last cycle, in id order.
-    pub ids: Vec<ContainerId>,
+    /// The containers of the last cycle (the keys, in id order) and when
+    /// (policy clock) each was first seen (see [`Plan::scan_paced`]); a
+    /// container that leaves and comes back arrives again.
+    pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
     /// When (policy clock) the set of containers last changed: an arrival
     /// or an exit. `None` until a cycle has seen a container.
     pub changed_ms: Option<u64>,
-    /// When (policy clock) each container of the last cycle was first seen
-    /// (see [`Plan::scan_paced`]); a container that leaves and comes back
-    /// arrives again.
-    pub arrived_ms: std::collections::BTreeMap<ContainerId, u64>,
 }
 
 /// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and

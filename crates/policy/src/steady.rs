@@ -35,7 +35,7 @@ pub(crate) fn observe(
     settled: bool,
     steady_ms: u64,
 ) -> bool {
-    let empty = members.ids.is_empty();
+    let empty = members.is_empty();
     if !settled || changed || empty {
         st.since_ms = None;
         // An arrival restarts the clock even when it is settled from the
