@@ -454,6 +454,22 @@ fn revive_given_up_nodes(scenario: &str, mode: Mode) {
     );
 }
 
+/// Every mode starts from the kernel's memory-tiering state as it is when
+/// tiering is switched on: `kernel.numa_balancing` written 0 here, and 2 by
+/// the mode (kernel tiering in [`run_mode`], tierd at its start). Setting the
+/// tiering bit resets each node's hot-page threshold to `hot_threshold_ms`
+/// (kernel/sched/core.c `reset_memory_tiering`). Without it a run inherits
+/// the threshold the boot's earlier runs left: the kernel moves it by an
+/// eighth of `hot_threshold_ms` per minute (kernel/sched/fair.c
+/// `numa_promotion_adjust_threshold`), up towards 2× while promotion is
+/// unlimited, down while tierd's steady-state gate holds it at 0 — and
+/// with it how many hint faults pass the hot-page test (docs/NOTES.md
+/// "Session 60").
+fn reset_tiering_state() -> Result<()> {
+    fs::write(NUMA_BALANCING, "0")
+        .with_context(|| format!("{NUMA_BALANCING}: switch tiering off before the run"))
+}
+
 fn http_get(addr: &str, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -925,6 +941,7 @@ fn run_mode(
     let fast = nodes_with_cpus();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     revive_given_up_nodes(&sc.name, mode);
+    reset_tiering_state()?;
     let mut tierd: Option<Child> = None;
     let mut tierd_config: Option<PathBuf> = None;
     let _damon_stat = DamonStatOff::for_mode(mode);
