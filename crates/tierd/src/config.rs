@@ -620,6 +620,18 @@ pub struct LimitsConfig {
     /// skewed tenant's tail) pays for scans that find nothing; 0: never.
     #[serde(deserialize_with = "de_duration")]
     pub promote_scan_window: Duration,
+    /// With `promotion = "kernel"`: NUMA balancing's hot-page threshold
+    /// (debugfs `sched/numa_balancing/hot_threshold_ms`) while the plan is
+    /// not steady (a container under its target, or one lately), set with
+    /// the kernel's per-node copy reset to it; the original goes back,
+    /// reset the same way, once the plan is steady, and at exit. A lower-tier
+    /// page whose hint fault comes this long after its scan is promoted by
+    /// the kernel in the faulting task, where tierd's recall would move it
+    /// a cycle later, so the fill of a container's share costs tierd less.
+    /// An operator's own higher value stays. 0: tierd never changes it.
+    /// docs/NOTES.md "Session 61: the hot-page threshold while a share fills".
+    #[serde(deserialize_with = "de_duration")]
+    pub promote_hot_threshold: Duration,
     /// Inside-band trade (`policy::ContainerPlan::band_trade`): a container
     /// a quarter band or more below its target, inside its band, claims its
     /// known-hot lower-tier pages, and those a quarter band or more above
@@ -654,6 +666,12 @@ pub struct LimitsConfig {
 /// period at 2 s, against the default, on a faster machine").
 pub const PROMOTE_SCAN_PERIOD: Duration = Duration::ZERO;
 
+/// Default of `limits.promote_hot_threshold`: 2 s, twice the kernel's own
+/// default. In cold-hog it halved tierd's own moves and CPU for the same
+/// newcomer share (docs/NOTES.md "Session 61: the hot-page threshold while
+/// a share fills").
+pub const PROMOTE_HOT_THRESHOLD: Duration = Duration::from_secs(2);
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         let p = PolicyParams::default();
@@ -673,6 +691,7 @@ impl Default for LimitsConfig {
             steady_after: Duration::from_millis(p.steady_ms),
             promote_scan_period: PROMOTE_SCAN_PERIOD,
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
+            promote_hot_threshold: PROMOTE_HOT_THRESHOLD,
             band_trade: p.band_trade,
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
@@ -1151,6 +1170,16 @@ impl Config {
                 ),
             ));
         }
+        let hot = l.promote_hot_threshold;
+        if !hot.is_zero() && !(Duration::from_millis(100)..=Duration::from_secs(60)).contains(&hot)
+        {
+            return Err(bad(
+                "limits.promote_hot_threshold",
+                format!(
+                    "{hot:?} is outside 100ms..60s (the kernel's default is 1s; a fault that late after its scan says little about the page); set 0 (tierd leaves the kernel's threshold alone) or a value in that range"
+                ),
+            ));
+        }
         let mut matchers = Vec::new();
         // The first interleave policy and its weights (host-wide: the others
         // must agree).
@@ -1450,8 +1479,16 @@ mod tests {
         assert_eq!(h.damos_attrs(), hd.damos_attrs());
         let (l, ld) = (&c.limits, LimitsConfig::default());
         assert_eq!(
-            (l.promote_scan_period, l.promote_scan_window),
-            (ld.promote_scan_period, ld.promote_scan_window)
+            (
+                l.promote_scan_period,
+                l.promote_scan_window,
+                l.promote_hot_threshold
+            ),
+            (
+                ld.promote_scan_period,
+                ld.promote_scan_window,
+                ld.promote_hot_threshold
+            )
         );
     }
 
@@ -1714,6 +1751,10 @@ mod tests {
             (
                 "[limits]\npromote_scan_period = \"10ms\"\n",
                 "limits.promote_scan_period",
+            ),
+            (
+                "[limits]\npromote_hot_threshold = \"90s\"\n",
+                "limits.promote_hot_threshold",
             ),
             (
                 "[daemon]\npromotion = \"tierd\"\n[hotness]\nsource = \"off\"\n",

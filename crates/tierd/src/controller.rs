@@ -827,7 +827,7 @@ impl Controller {
             }
         }
         self.hot = Hotness::default();
-        self.gate.restore();
+        self.gate.restore(&self.cfg.daemon.procfs_root);
         self.protection.restore(&self.cg);
         // Children's cpuset.mems first: the controller can go from the
         // parent only after.

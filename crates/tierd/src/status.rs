@@ -44,6 +44,10 @@ pub struct Status {
     /// `limits.promote_scan_period`); absent in older tierd's /status.
     #[serde(default)]
     pub kernel_scan_paced: bool,
+    /// NUMA balancing's hot-page threshold held by tierd (not steady, see
+    /// `limits.promote_hot_threshold`); absent in older tierd's /status.
+    #[serde(default)]
+    pub kernel_hot_threshold_held: bool,
     /// Where demand comes from: "damon" or "usage" (and why, if DAMON is off).
     pub hotness: String,
     /// Where hint faults come from: "ebpf" or "memory_stat" (and why the

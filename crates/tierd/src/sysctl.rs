@@ -1,8 +1,8 @@
 //! Host-wide kernel knobs tierd sets and restores at exit:
 //! `/sys/kernel/mm/numa/demotion_enabled` and `kernel.numa_balancing` (at
 //! start), `kernel.numa_balancing_promote_rate_limit_MBps` (while the plan
-//! is steady, `controller/gate.rs`) and NUMA balancing's longest scan
-//! period (while it is not).
+//! is steady, `controller/gate.rs`), NUMA balancing's longest scan
+//! period and its hot-page threshold (while it is not).
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +29,64 @@ pub const PROMOTE_RATE_LIMIT: &str = "sys/kernel/numa_balancing_promote_rate_lim
 /// kernel/sched/fair.c), which in tiering mode is every scan, up to this
 /// value divided by the task's 256 MiB scan windows. Default 60000.
 pub const SCAN_PERIOD_MAX: &str = "sched/numa_balancing/scan_period_max_ms";
+
+/// NUMA balancing's hot-page threshold, milliseconds, below the debugfs
+/// root (debugfs `sched/numa_balancing/hot_threshold_ms`, 5.18+): in
+/// tiering mode a lower-tier page is a promotion candidate when its hint
+/// fault comes within this long of the scan that unmapped it
+/// (`should_numa_migrate_memory` in kernel/sched/fair.c). The kernel
+/// compares with a per-node copy (`pglist_data::nbp_threshold`) that it
+/// moves by an eighth of this value once every `scan_period_max_ms` (up
+/// while candidates stay under the promotion rate limit, down while they
+/// exceed it) and resets only when the tiering bit of
+/// `kernel.numa_balancing` is switched on ([`reset_promotion_threshold`]).
+/// Default 1000.
+pub const HOT_THRESHOLD: &str = "sched/numa_balancing/hot_threshold_ms";
+
+/// Bit of `kernel.numa_balancing` that turns on memory-tiering promotion
+/// (`NUMA_BALANCING_MEMORY_TIERING`, include/linux/sched/sysctl.h).
+const MEMORY_TIERING: u64 = 2;
+
+/// Resets every node's hot-page threshold to `hot_threshold_ms`
+/// ([`HOT_THRESHOLD`]): writes `kernel.numa_balancing` (below
+/// `procfs_root`) without its tiering bit and then with it again, the
+/// only way the kernel resets the per-node copy (`reset_memory_tiering`
+/// in kernel/sched/core.c, called when a write switches the bit on).
+/// NUMA balancing is off for the microseconds between the two writes.
+/// Returns false, changing nothing, when the tiering bit is not set
+/// (kernel tiering's promotion is off: there is no threshold in use).
+///
+/// Errors: `kernel.numa_balancing` cannot be read or written (the path is
+/// named). If the second write fails the first is retried once more;
+/// should that fail too the error says the mode was left without tiering.
+pub fn reset_promotion_threshold(procfs_root: &Path) -> Result<bool> {
+    let path = procfs_root.join(NUMA_BALANCING);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    let mode: u64 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("{}: not a number: {:?}", path.display(), text.trim()))?;
+    if mode & MEMORY_TIERING == 0 {
+        return Ok(false);
+    }
+    std::fs::write(&path, (mode & !MEMORY_TIERING).to_string()).with_context(|| {
+        format!(
+            "{}: cannot write (tierd must run as root); the hot-page threshold was not reset",
+            path.display()
+        )
+    })?;
+    let on = mode.to_string();
+    if let Err(e) = std::fs::write(&path, &on).or_else(|_| std::fs::write(&path, &on)) {
+        return Err(e).with_context(|| {
+            format!(
+                "{}: cannot write {on} back: memory-tiering promotion is off until it is",
+                path.display()
+            )
+        });
+    }
+    Ok(true)
+}
 
 /// One knob changed by tierd, with the value it had before.
 #[derive(Debug, Clone)]
@@ -220,5 +278,33 @@ mod tests {
             .set(Path::new("/nonexistent/demotion_enabled"), "1")
             .unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent/demotion_enabled"));
+    }
+
+    #[test]
+    fn the_threshold_reset_switches_the_tiering_bit_off_and_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NUMA_BALANCING);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        for (mode, reset) in [("2\n", true), ("3\n", true), ("1\n", false), ("0\n", false)] {
+            std::fs::write(&path, mode).unwrap();
+            assert_eq!(
+                reset_promotion_threshold(dir.path()).unwrap(),
+                reset,
+                "{mode}"
+            );
+            assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), mode.trim());
+        }
+        std::fs::write(&path, "x\n").unwrap();
+        let e = reset_promotion_threshold(dir.path()).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("numa_balancing: not a number"),
+            "{e:#}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let e = reset_promotion_threshold(dir.path()).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("numa_balancing: cannot read"),
+            "{e:#}"
+        );
     }
 }

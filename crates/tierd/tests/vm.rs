@@ -1571,7 +1571,8 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// at exit and, from the journal, after a kill -9. NUMA balancing's longest
 /// scan period goes the other way: with `limits.promote_scan_period = "2s"`
 /// (off by default) it is held at 2 s while the newcomer is under its
-/// target, the kernel's own (60 s) while steady and after exit.
+/// target, the kernel's own (60 s) while steady and after exit; so does
+/// the hot-page threshold (`limits.promote_hot_threshold`, 2 s).
 #[test]
 fn kernel_promotion_is_limited_only_in_a_steady_state() {
     let g = boot(
@@ -1581,6 +1582,8 @@ RL=/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
 echo "RL START $(cat $RL)"
 SP=/sys/kernel/debug/sched/numa_balancing/scan_period_max_ms
 echo "SP START $(cat $SP)"
+HT=/sys/kernel/debug/sched/numa_balancing/hot_threshold_ms
+echo "HT START $(cat $HT)"
 # until_is TAG FILE VALUE DEADLINE_S NAME: polls FILE every 0.5 s.
 until_is() {
     local i=0
@@ -1592,6 +1595,7 @@ until_is() {
 }
 until_rl() { until_is RL $RL "$@"; }
 until_sp() { until_is SP $SP "$@"; }
+until_ht() { until_is HT $HT "$@"; }
 echo +cpuset > $CG/cgroup.subtree_control
 mkcg tenants.slice
 echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
@@ -1606,6 +1610,7 @@ wait_http 30 || exit 1
 # Steady with nothing on the lower tier: closed.
 until_rl 0 60 CLOSED || exit 1
 until_sp 60000 10 STEADY || exit 1
+until_ht 1000 10 STEADY || exit 1
 emit_status
 tierctl metrics | grep '^tierd_kernel_promotion_' | sed 's/^/METRIC /'
 # b's pages all on the lower tier: under its target.
@@ -1613,11 +1618,14 @@ on_lower tenants.slice/b 60 hotset --size-mib 64 --hot-mib 64 --report-s 60 || e
 emit_node tenants.slice/b
 until_rl 65536 30 OPEN || exit 1
 until_sp 2000 10 PACED || exit 1
+until_ht 2000 10 HELD || exit 1
+echo "NB HELD $(cat /proc/sys/kernel/numa_balancing)"
 emit_status
 # The kernel promotes b (the limit is lifted), then the state is steady
 # again, with nothing hot below: closed again.
 until_rl 0 240 CLOSED_AGAIN || { emit_status; exit 1; }
 until_sp 60000 10 STEADY_AGAIN || exit 1
+until_ht 1000 10 STEADY_AGAIN || exit 1
 emit_node tenants.slice/b
 # c is capped at 16 MiB of DRAM and all of its 48 MiB is hot: at its
 # target with hot pages below, which pass the kernel's test while
@@ -1628,6 +1636,7 @@ emit_status
 kill -TERM $TIERD; wait $TIERD
 echo "RL AFTER_STOP $(cat $RL)"
 echo "SP AFTER_STOP $(cat $SP)"
+echo "HT AFTER_STOP $(cat $HT)"
 kill $(cat $CG/tenants.slice/c/cgroup.procs) 2>/dev/null
 while [ -d $CG/tenants.slice/c ] && ! rmdir $CG/tenants.slice/c 2>/dev/null; do sleep 0.2; done
 tierd --config /tmp/t.toml run > /tmp/tierd2.log 2>&1 &
@@ -1657,12 +1666,22 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -8
     };
     let rl = |name: &str| knob("RL", name);
     let sp = |name: &str| knob("SP", name);
+    let ht = |name: &str| knob("HT", name);
     assert_eq!(rl("START"), 65536, "the kernel's default");
     assert_eq!(sp("START"), 60000, "the kernel's default");
     assert_eq!(sp("STEADY"), 60000, "steady: the kernel's own");
     assert_eq!(sp("PACED"), 2000, "b under its target");
     assert_eq!(sp("STEADY_AGAIN"), 60000);
     assert_eq!(sp("AFTER_STOP"), 60000, "SIGTERM restores it");
+    // The hot-page threshold: raised (limits.promote_hot_threshold, 2 s by
+    // default) while b is under its target, the kernel's own otherwise; the
+    // reset of its per-node copy leaves the tiering mode as it was.
+    assert_eq!(ht("START"), 1000, "the kernel's default");
+    assert_eq!(ht("STEADY"), 1000);
+    assert_eq!(ht("HELD"), 2000, "b under its target");
+    assert_eq!(knob("NB", "HELD"), 2, "tiering mode on after the reset");
+    assert_eq!(ht("STEADY_AGAIN"), 1000);
+    assert_eq!(ht("AFTER_STOP"), 1000, "SIGTERM restores it");
     assert_eq!(rl("CLOSED"), 0);
     assert_eq!(rl("OPEN"), 65536);
     assert_eq!(rl("CLOSED_AGAIN"), 0);
@@ -1677,8 +1696,10 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -8
             && st[0].kernel_promotion_limited
             && st[0].kernel_promotion_closed
             && !st[0].kernel_scan_paced
+            && !st[0].kernel_hot_threshold_held
             && !st[1].kernel_promotion_limited
-            && st[1].kernel_scan_paced,
+            && st[1].kernel_scan_paced
+            && st[1].kernel_hot_threshold_held,
         "{}",
         g.output
     );
@@ -1833,7 +1854,7 @@ echo 0 > $NB/hot_threshold_ms || { echo "FAIL: cannot write $NB/hot_threshold_ms
 # off to scan_period_max_ms, 60 s, when its faults migrate nothing).
 echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
 PROMOTED0=$(awk '/^pgpromote_success / { print $2 }' /proc/vmstat)
-printf '[daemon]\ninterval = "1s"\nassist_after = "0s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+printf '[daemon]\ninterval = "1s"\nassist_after = "0s"\n[limits]\npromote_hot_threshold = "0"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
@@ -1900,7 +1921,7 @@ NB=/sys/kernel/debug/sched/numa_balancing
 [ -d $NB ] || mount -t debugfs none /sys/kernel/debug
 echo 0 > $NB/hot_threshold_ms || { echo "FAIL: cannot write $NB/hot_threshold_ms"; exit 1; }
 echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
-printf '[daemon]\ninterval = "1s"\nassist_after = "2s"\nrecall = false\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+printf '[daemon]\ninterval = "1s"\nassist_after = "2s"\nrecall = false\n[limits]\npromote_hot_threshold = "0"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
@@ -1994,7 +2015,7 @@ NB=/sys/kernel/debug/sched/numa_balancing
 echo 0 > $NB/hot_threshold_ms || { echo "FAIL: cannot write $NB/hot_threshold_ms"; exit 1; }
 echo 1000 > $NB/scan_period_max_ms || { echo "FAIL: cannot write $NB/scan_period_max_ms"; exit 1; }
 config() {
-    printf '[daemon]\ninterval = "1s"\nassist_after = "0s"\n[limits]\nhot_swap = %s\nhot_swap_window = "0"\n[hotness]\nhot_latency = "250ms"\n[[policy]]\nmatch = "tenants.slice/*"\nlocal_high = "96MiB"\n' $1 > /tmp/t.toml
+    printf '[daemon]\ninterval = "1s"\nassist_after = "0s"\n[limits]\nhot_swap = %s\nhot_swap_window = "0"\npromote_hot_threshold = "0"\n[hotness]\nhot_latency = "250ms"\n[[policy]]\nmatch = "tenants.slice/*"\nlocal_high = "96MiB"\n' $1 > /tmp/t.toml
 }
 hot() { grep '^{' /tmp/a.log | tail -1 | grep -o '"hot_residency":[0-9.e-]*' | cut -d: -f2; }
 # Baseline: no swap. Known-hot pages pile up (hint faults within 250 ms of

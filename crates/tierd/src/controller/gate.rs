@@ -27,11 +27,25 @@
 //! stalls for a minute with part of its hot set on the lower tier, in one
 //! boot and not the next. The kernel's value goes back after the window.
 //! docs/NOTES.md "NUMA balancing's scan period".
+//!
+//! And while the plan is not steady tierd holds NUMA balancing's hot-page
+//! threshold at `limits.promote_hot_threshold` (2 s; the kernel's default
+//! is 1 s), with the kernel's per-node copy of it reset
+//! ([`crate::sysctl::reset_promotion_threshold`]) each time it writes the
+//! knob: the copy otherwise moves an eighth of the value a minute, and
+//! after a long steady state with promotion closed it sits at an eighth of
+//! a second. Under its target a container's lower-tier pages whose faults
+//! the kernel declines are recalled by tierd a cycle later anyway
+//! (`recall.rs`); a higher threshold has the kernel promote them in the
+//! faulting task instead (docs/NOTES.md "Session 61: the hot-page
+//! threshold while a share fills").
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::sysctl::{KernelKnobs, PROMOTE_RATE_LIMIT, SCAN_PERIOD_MAX};
+use crate::sysctl::{
+    reset_promotion_threshold, KernelKnobs, HOT_THRESHOLD, PROMOTE_RATE_LIMIT, SCAN_PERIOD_MAX,
+};
 
 /// The kernel's promotion knobs, while tierd holds them.
 #[derive(Debug, Default)]
@@ -41,6 +55,10 @@ pub(super) struct PromotionGate {
     rate: Hold,
     /// The longest scan period, ms, held while the plan paces the scan.
     scan: Hold,
+    /// The hot-page threshold, ms, held while the plan is not steady.
+    threshold: Hold,
+    /// Where the threshold knob is, once tierd has written it.
+    threshold_path: Option<PathBuf>,
     /// `pgpromote_candidate` (/proc/vmstat, pages) at the last cycle.
     candidates: Option<u64>,
     /// /proc/vmstat has no `pgpromote_candidate` (logged once).
@@ -65,7 +83,8 @@ enum Held {
 }
 
 /// Holds the knob at `path` at `want` (None: gives back its original).
-/// An operator's own value at or below `want` stays. Failures are logged;
+/// An operator's own value that `stays(value, want)` stays (a scan period
+/// at or below tierd's, a threshold at or above it). Failures are logged;
 /// a knob that cannot be read is logged once (`missing` says what that
 /// means) and never touched again.
 fn hold(
@@ -73,6 +92,7 @@ fn hold(
     h: &mut Hold,
     path: &Path,
     want: Option<u64>,
+    stays: fn(u64, u64) -> bool,
     missing: &str,
 ) -> Held {
     if h.off || want == h.value {
@@ -98,7 +118,7 @@ fn hold(
             return Held::Nothing;
         }
     };
-    if current.is_some_and(|c| c <= v) && !knobs.changed_path(path) {
+    if current.is_some_and(|c| stays(c, v)) && !knobs.changed_path(path) {
         h.value = Some(v);
         return Held::Nothing;
     }
@@ -193,6 +213,7 @@ impl PromotionGate {
             &mut self.rate,
             &path,
             want,
+            |c, v| c <= v,
             "cannot read the kernel's promotion rate limit (a kernel before 6.0?); limits.steady_promote_rate has no effect",
         ) {
             Held::Set(0) => tracing::info!(
@@ -227,6 +248,7 @@ impl PromotionGate {
             &mut self.scan,
             &path,
             want,
+            |c, v| c <= v,
             "cannot read NUMA balancing's scan period (debugfs not mounted, or a kernel without CONFIG_NUMA_BALANCING); limits.promote_scan_period has no effect",
         ) {
             Held::Set(ms) => tracing::info!(
@@ -238,13 +260,63 @@ impl PromotionGate {
             ),
             Held::Nothing => {}
         }
+        let hot = cfg.limits.promote_hot_threshold;
+        let want = (kernel && !hot.is_zero() && !plan.steady).then_some(hot.as_millis() as u64);
+        let path = cfg.daemon.debugfs_root.join(HOT_THRESHOLD);
+        let held = hold(
+            &mut self.knobs,
+            &mut self.threshold,
+            &path,
+            want,
+            |c, v| c >= v,
+            "cannot read NUMA balancing's hot-page threshold (debugfs not mounted, or a kernel before 5.18); limits.promote_hot_threshold has no effect",
+        );
+        if matches!(held, Held::Nothing) {
+            return;
+        }
+        self.threshold_path = Some(path);
+        let reset = reset_promotion_threshold(&cfg.daemon.procfs_root);
+        match (held, reset) {
+            (_, Err(e)) => tracing::warn!(
+                error = format!("{e:#}"),
+                "cannot reset the kernel's per-node hot-page threshold: it moves to the new value an eighth a minute"
+            ),
+            (Held::Set(ms), Ok(_)) => tracing::info!(
+                hot_threshold_ms = ms,
+                "not steady: the kernel's promotion takes lower-tier pages faulted up to this long after their scan"
+            ),
+            _ => tracing::info!(
+                "steady: the kernel's hot-page threshold back to its own value"
+            ),
+        }
+    }
+
+    /// Whether NUMA balancing's hot-page threshold is held at
+    /// `limits.promote_hot_threshold`.
+    pub(super) fn threshold_held(&self) -> bool {
+        self.threshold.value.is_some()
     }
 
     /// Writes the originals back (exit, reload to another mode).
-    pub(super) fn restore(&mut self) {
+    /// With the threshold written back, the kernel's per-node copy is
+    /// reset to it (`procfs_root`: where `kernel.numa_balancing` is).
+    pub(super) fn restore(&mut self, procfs_root: &Path) {
+        let threshold = self
+            .threshold_path
+            .take()
+            .is_some_and(|p| self.knobs.changed_path(&p));
         self.knobs.restore();
         self.rate.value = None;
         self.scan.value = None;
+        self.threshold.value = None;
+        if threshold {
+            if let Err(e) = reset_promotion_threshold(procfs_root) {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot reset the kernel's per-node hot-page threshold"
+                );
+            }
+        }
     }
 }
 
@@ -253,9 +325,10 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::sysctl::NUMA_BALANCING;
 
-    /// A config whose procfs and debugfs roots are `dir`, with both knobs
-    /// at the kernel's defaults.
+    /// A config whose procfs and debugfs roots are `dir`, with the knobs
+    /// at the kernel's defaults and tiering mode on.
     fn setup(dir: &Path) -> Config {
         let mut cfg = Config::parse("", Path::new("test.toml")).unwrap();
         cfg.daemon.procfs_root = dir.join("proc");
@@ -264,6 +337,8 @@ mod tests {
         for (p, v) in [
             (cfg.daemon.procfs_root.join(PROMOTE_RATE_LIMIT), "65536\n"),
             (cfg.daemon.debugfs_root.join(SCAN_PERIOD_MAX), "60000\n"),
+            (cfg.daemon.debugfs_root.join(HOT_THRESHOLD), "1000\n"),
+            (cfg.daemon.procfs_root.join(NUMA_BALANCING), "2\n"),
         ] {
             fs::create_dir_all(p.parent().unwrap()).unwrap();
             fs::write(p, v).unwrap();
@@ -321,7 +396,7 @@ mod tests {
         assert!(g.limited() && !g.closed());
         g.apply(&cfg, cfg.daemon.promotion, &closed, &names);
         assert_eq!(rate(), "0");
-        g.restore();
+        g.restore(&cfg.daemon.procfs_root);
         assert_eq!((rate().as_str(), scan().as_str()), ("65536", "60000"));
         // steady_promote_rate = 0: tierd never touches the limit.
         let mut cfg0 = cfg.clone();
@@ -394,7 +469,7 @@ mod tests {
         let mut g = PromotionGate::default();
         g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
         assert_eq!(read(path.clone()), "1000");
-        g.restore();
+        g.restore(&cfg.daemon.procfs_root);
         assert_eq!(read(path.clone()), "1000");
 
         fs::write(&path, "60000\n").unwrap();
@@ -416,6 +491,62 @@ mod tests {
         assert!(g.scan.off && !g.scan_paced());
         g.apply(&cfg, cfg.daemon.promotion, &plan(true), &names);
         assert!(g.limited(), "the rate half still works");
+        assert!(!path.exists(), "nothing written where the knob was missing");
+    }
+
+    /// Not steady: the threshold at `promote_hot_threshold` (ms); steady and
+    /// at exit: the original back. The tiering mode is left as found. An
+    /// operator's higher threshold stays; 0, `promotion = "tierd"` and a
+    /// missing knob leave it alone.
+    #[test]
+    fn the_hot_threshold_is_raised_while_not_steady() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = setup(dir.path());
+        let path = cfg.daemon.debugfs_root.join(HOT_THRESHOLD);
+        let mode = cfg.daemon.procfs_root.join(NUMA_BALANCING);
+        let names = |id: u64| id.to_string();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
+        assert_eq!(read(path.clone()), "2000");
+        assert!(g.threshold_held());
+        assert_eq!(read(mode.clone()), "2");
+        g.apply(&cfg, cfg.daemon.promotion, &plan(true), &names);
+        assert_eq!(read(path.clone()), "1000");
+        assert!(!g.threshold_held());
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
+        assert_eq!(read(path.clone()), "2000");
+        g.restore(&cfg.daemon.procfs_root);
+        assert_eq!(
+            (read(path.clone()).as_str(), read(mode.clone()).as_str()),
+            ("1000", "2")
+        );
+
+        fs::write(&path, "3000\n").unwrap();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
+        assert_eq!(
+            read(path.clone()),
+            "3000",
+            "an operator's higher value stays"
+        );
+        g.restore(&cfg.daemon.procfs_root);
+        assert_eq!(read(path.clone()), "3000");
+
+        fs::write(&path, "1000\n").unwrap();
+        cfg.limits.promote_hot_threshold = Duration::ZERO;
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
+        assert!(!g.threshold_held());
+        cfg.limits.promote_hot_threshold = Duration::from_secs(2);
+        g.apply(&cfg, PromotionMode::Tierd, &plan(false), &names);
+        assert_eq!(read(path.clone()), "1000");
+        assert!(!g.threshold_held());
+
+        fs::remove_file(&path).unwrap();
+        let mut g = PromotionGate::default();
+        g.apply(&cfg, cfg.daemon.promotion, &plan(false), &names);
+        assert!(g.threshold.off && !g.threshold_held());
+        assert!(g.scan_paced(), "the scan half still works");
         assert!(!path.exists(), "nothing written where the knob was missing");
     }
 }

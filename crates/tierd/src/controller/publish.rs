@@ -36,6 +36,8 @@ impl Controller {
         mt.kernel_promotion_closed
             .set(i64::from(self.gate.closed()));
         mt.kernel_scan_paced.set(i64::from(self.gate.scan_paced()));
+        mt.kernel_hot_threshold_held
+            .set(i64::from(self.gate.threshold_held()));
         let lower = self.topo.lower_nodes();
         let mut status = Status {
             tiered: self.actuating(),
@@ -55,6 +57,7 @@ impl Controller {
             kernel_promotion_limited: self.gate.limited(),
             kernel_promotion_closed: self.gate.closed(),
             kernel_scan_paced: self.gate.scan_paced(),
+            kernel_hot_threshold_held: self.gate.threshold_held(),
             hotness: match (&self.hot.damon, &self.hot.off_reason) {
                 (Some(_), _) => "damon".into(),
                 (None, Some(why)) => format!("usage ({why})"),
