@@ -2501,9 +2501,9 @@ fn a_fast_node_the_kernel_gave_up_on_is_revived_and_not_left_so() {
     // the fix kernel tiering stayed dead after tierd exited: no kswapd
     // demotion, no promotion, for the rest of the boot. tierd must say so
     // while it runs and leave the node reclaimable when it stops. The
-    // kernel's hot-page threshold stays the kernel's: held at 2 s while the
-    // plan fills, the kernel's promotion gave kswapd pages it could demote
-    // and node 0 was never given up in 240 s (one CI run in session 62).
+    // kernel's hot-page threshold stays the kernel's: this plan never
+    // settles, and with the threshold held node 0 may never be given up
+    // (docs/NOTES.md "Session 62").
     let g = boot(
         r#"
 . /tests/lib.sh
