@@ -28,6 +28,38 @@ impl Membership {
         true
     }
 
+    /// Which of this cycle's containers are filling their share
+    /// ([`crate::Plan::filling`]): `usage` is each container's id and usage
+    /// (bytes), in id order, as recorded by [`Self::observe`] this cycle. A
+    /// container is filling when it arrived less than `window_ms` before
+    /// `now_ms` and this is its first cycle or its usage grew by more than
+    /// `grow_bytes` since the last one. `first` (the set was empty before
+    /// this cycle: the daemon's start) fills nobody: there is no one
+    /// already there to make room. Records the usages for the next cycle.
+    pub(crate) fn filling(
+        &mut self,
+        now_ms: u64,
+        usage: &[(ContainerId, u64)],
+        window_ms: u64,
+        grow_bytes: u64,
+        first: bool,
+    ) -> Vec<bool> {
+        let out = usage
+            .iter()
+            .map(|&(id, now)| {
+                !first
+                    && window_ms > 0
+                    && self.arrived_within(id, now_ms, window_ms)
+                    && self
+                        .usage_bytes
+                        .get(&id)
+                        .is_none_or(|&before| now > before.saturating_add(grow_bytes))
+            })
+            .collect();
+        self.usage_bytes = usage.iter().copied().collect();
+        out
+    }
+
     /// Whether container `id` was in the last recorded cycle.
     pub(crate) fn contains(&self, id: ContainerId) -> bool {
         self.arrived_ms.contains_key(&id)
@@ -75,5 +107,49 @@ mod tests {
         assert!(m.arrived_within(1, 9_000 + 29_999, 30_000));
         assert!(!m.arrived_within(2, 9_000, 3_999));
         assert!(!m.arrived_within(4, 9_000, 30_000), "never seen");
+    }
+
+    #[test]
+    fn a_newcomer_fills_while_it_grows_within_the_window() {
+        let mut m = Membership::default();
+        let (w, g) = (30_000, 16);
+        m.observe(0, &[1]);
+        assert_eq!(m.filling(0, &[(1, 500)], w, g, true), [false], "start");
+        m.observe(2_000, &[1, 2]);
+        // A newcomer's first cycle, with no memory yet: filling. The
+        // incumbent arrived 2 s ago but grows by no more than 16.
+        assert_eq!(
+            m.filling(2_000, &[(1, 510), (2, 0)], w, g, false),
+            [false, true]
+        );
+        assert_eq!(
+            m.filling(4_000, &[(1, 510), (2, 17)], w, g, false),
+            [false, true]
+        );
+        assert_eq!(
+            m.filling(6_000, &[(1, 510), (2, 33)], w, g, false),
+            [false, false],
+            "grew 16: not more"
+        );
+        assert_eq!(
+            m.filling(8_000, &[(1, 510), (2, 100)], w, g, false),
+            [false, true],
+            "grew again"
+        );
+        assert_eq!(
+            m.filling(32_000, &[(1, 510), (2, 200)], w, g, false),
+            [false, false],
+            "window over"
+        );
+        assert_eq!(
+            m.filling(2_000, &[(1, 510), (2, 900)], 0, g, false),
+            [false, false],
+            "off"
+        );
+        assert_eq!(
+            m.usage_bytes.get(&2),
+            Some(&900),
+            "recorded whatever the window"
+        );
     }
 }

@@ -282,6 +282,15 @@ pub struct PolicyParams {
     /// in use), so that its within-share swap trades the idle pages it
     /// holds for its hot lower-tier regions.
     pub arrival_assist: bool,
+    /// Arrival window (`membership.rs`, [`Plan::filling`]): for this long
+    /// after a container arrives, while its usage still grows by more than
+    /// `band_min_bytes` a cycle, the containers already there that hold
+    /// more of the fast tier than they would keep were it grown to its
+    /// share are not protected (`memory.low` 0), so the kernel's reclaim
+    /// demotes them to make room for its allocation instead of sending the
+    /// allocation to the lower tier; in ms, 0: off. It demotes nothing by
+    /// itself: targets and budgets do not change.
+    pub arrival_window_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -334,6 +343,7 @@ impl Default for PolicyParams {
             hot_swap: false,
             hot_swap_window_ms: 60_000,
             arrival_assist: false,
+            arrival_window_ms: 30_000,
         }
     }
 }
@@ -506,6 +516,16 @@ pub struct Plan {
     /// lower tier (a skewed tenant's tail) where faster scans find nothing,
     /// and one pushed under later by promotion churn gets more churn.
     pub scan_paced: bool,
+    /// Containers filling their share after an arrival
+    /// ([`PolicyParams::arrival_window_ms`]), in id order: arrived within
+    /// the window, and seen for the first time or grown by more than
+    /// `band_min_bytes` since the last cycle. While one is, the others above
+    /// the fast-tier bytes they would keep were it grown to its share (its
+    /// `local_high`, the weights deciding) get `memory.low` 0: the kernel's
+    /// reclaim, woken by the newcomer's allocation, demotes them and the
+    /// allocation stays on the fast tier. The daemon's first cycle has no
+    /// incumbents, so it drops nothing.
+    pub filling: Vec<ContainerId>,
     /// The hot swap's window is open ([`PolicyParams::hot_swap_window_ms`]);
     /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
     /// daemon need not count known-hot pages below for the next cycle.
@@ -557,6 +577,9 @@ pub struct Membership {
     /// When (policy clock) the set of containers last changed: an arrival
     /// or an exit. `None` until a cycle has seen a container.
     pub changed_ms: Option<u64>,
+    /// Each container's usage (fast + lower tier, bytes) at the last cycle:
+    /// whether a newcomer is still growing ([`Plan::filling`]).
+    pub usage_bytes: std::collections::BTreeMap<ContainerId, u64>,
 }
 
 /// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and

@@ -204,7 +204,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // window after an arrival or exit (hotswap.rs), for the arrival assist
     // and the hot swap.
     let ids: Vec<ContainerId> = cs.iter().map(|c| c.id).collect();
+    let first = state.members.is_empty();
     let changed = state.members.observe(now_ms, &ids);
+    let usage: Vec<(ContainerId, u64)> = cs.iter().map(|c| (c.id, usage_bytes(c))).collect();
+    let filling = state.members.filling(
+        now_ms,
+        &usage,
+        params.arrival_window_ms,
+        params.band_min_bytes,
+        first,
+    );
     let window_open = crate::hotswap::window_open(
         &mut state.hot_swap,
         &state.members,
@@ -429,10 +438,23 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // holding more than their share. Protecting everyone inside the band makes
     // every memcg protected, and the kernel then ignores memory.low for all of
     // them (seen in the emulated host: an at-target container lost 19 MiB).
-    for (p, c) in plans.iter_mut().zip(&cs) {
+    //
+    // While a newcomer fills its share (Plan::filling), the others are
+    // protected only up to what they would keep were it grown to its share:
+    // its allocation wakes kswapd, which then demotes them rather than
+    // failing and sending the allocation to the lower tier. Targets, and so
+    // tierd's own demotion, do not change.
+    let keep = filling
+        .contains(&true)
+        .then(|| would_be_targets(pool_bytes, guaranteed, &plans, &cs, &filling));
+    for (i, (p, c)) in plans.iter_mut().zip(&cs).enumerate() {
+        let room_for_newcomer = keep
+            .as_ref()
+            .is_some_and(|k| !filling[i] && c.fast_bytes > k[i]);
         p.memory_low_bytes = match p.state {
             PlacementState::OverTarget => 0,
             PlacementState::AtTarget if c.fast_bytes > p.target_bytes => 0,
+            PlacementState::AtTarget | PlacementState::UnderTarget if room_for_newcomer => 0,
             PlacementState::Pinned | PlacementState::AtTarget | PlacementState::UnderTarget => {
                 usage_bytes(c)
             }
@@ -496,8 +518,61 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         steady,
         promote_gate,
         scan_paced,
+        filling: cs
+            .iter()
+            .zip(&filling)
+            .filter(|(_, &f)| f)
+            .map(|(c, _)| c.id)
+            .collect(),
         hot_swap_open,
     }
+}
+
+/// The fast-tier bytes each container would be given were every filling
+/// container (`filling`, by index) grown to its `local_high` (a fraction
+/// of an unknown usage: the pool): the pool above the guarantees
+/// (`guaranteed`, as the share step spent them) water-filled by weight,
+/// the others capped at this cycle's targets. Pinned containers get 0 (they
+/// are outside the pool and never unprotected).
+fn would_be_targets(
+    pool_bytes: u64,
+    guaranteed: u64,
+    plans: &[ContainerPlan],
+    cs: &[&ContainerSnapshot],
+    filling: &[bool],
+) -> Vec<u64> {
+    let items: Vec<FillItem> = plans
+        .iter()
+        .zip(cs)
+        .zip(filling)
+        .map(|((p, c), &f)| FillItem {
+            room_bytes: if c.policy.opt_out {
+                0
+            } else if f {
+                c.policy
+                    .local_high
+                    .resolve(u64::MAX)
+                    .min(pool_bytes)
+                    .saturating_sub(p.guarantee_bytes)
+            } else {
+                p.target_bytes.saturating_sub(p.guarantee_bytes)
+            },
+            weight: u64::from(c.policy.weight.max(1)),
+        })
+        .collect();
+    let extra = water_fill(pool_bytes.saturating_sub(guaranteed), &items);
+    plans
+        .iter()
+        .zip(cs)
+        .zip(extra)
+        .map(|((p, c), e)| {
+            if c.policy.opt_out {
+                0
+            } else {
+                p.guarantee_bytes + e
+            }
+        })
+        .collect()
 }
 
 /// Cuts the demotion wants `over` (index, bytes above target) down to what

@@ -34,6 +34,7 @@ fn params() -> PolicyParams {
         hot_swap: true,
         hot_swap_window_ms: 0,
         arrival_assist: false,
+        arrival_window_ms: 0,
     }
 }
 
@@ -616,6 +617,56 @@ fn memory_low_protects_at_and_under_target_only() {
     assert_eq!(low(2), 2 * GIB);
     assert_eq!(st(3), PlacementState::UnderTarget);
     assert_eq!(low(3), 2 * GIB + 100 * MIB);
+}
+
+/// cold-hog's arrival: a hog alone at its target (all of an 800 MiB pool
+/// would be its, 700 MiB used) is protected; a newcomer arrives with no
+/// memory. While the newcomer grows, the hog is unprotected down to
+/// the half it would keep, and nothing is demoted by tierd for it; once the
+/// newcomer stops growing, the ordinary rule is back.
+#[test]
+fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        arrival_window_ms: 30_000,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    let mut s = snap(800 * MIB, vec![c(1, 700 * MIB, 0)]);
+    s.elapsed_ms = 2_000;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.get(1).unwrap().memory_low_bytes, 700 * MIB);
+    assert!(plan.filling.is_empty());
+    let low = |plan: &Plan, id| plan.get(id).unwrap().memory_low_bytes;
+    // Arrival, 0 MiB: target 0, nothing to demote, the hog unprotected.
+    s.containers.push(c(2, 0, 0));
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.filling, [2]);
+    assert_eq!((target(&plan, 1), target(&plan, 2)), (700 * MIB, 0));
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    assert_eq!(low(&plan, 1), 0);
+    // Growing, 30 MiB so far: its target is its usage and the hog, at its
+    // own (700 MiB), is above the 400 MiB it would keep.
+    s.containers[1] = c(2, 30 * MIB, 0);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.filling, [2]);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::AtTarget);
+    assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
+    assert_eq!(low(&plan, 1), 0);
+    assert_eq!(low(&plan, 2), 30 * MIB, "the newcomer stays protected");
+    // The hog would keep less than it holds only while it holds more: at
+    // 400 MiB (kswapd demoted the rest) it is protected again.
+    s.containers[0] = c(1, 400 * MIB, 300 * MIB);
+    s.containers[1] = c(2, 380 * MIB, 20 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.filling, [2]);
+    assert_eq!(low(&plan, 1), 700 * MIB);
+    // Grown by no more than the band: filling is over.
+    s.containers[1] = c(2, 380 * MIB, 36 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.filling.is_empty());
+    assert_eq!(low(&plan, 1), 700 * MIB, "at its target, the ordinary rule");
 }
 
 #[test]

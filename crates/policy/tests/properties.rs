@@ -102,7 +102,11 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0..=10_000u64,
         any::<bool>(),
         any::<bool>(),
-        (prop_oneof![Just(0u64), Just(60_000u64)], any::<bool>()),
+        (
+            prop_oneof![Just(0u64), Just(60_000u64)],
+            any::<bool>(),
+            prop_oneof![Just(0u64), Just(30_000u64)],
+        ),
     )
         .prop_map(
             |(
@@ -117,7 +121,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
-                (hot_swap_window_ms, arrival_assist),
+                (hot_swap_window_ms, arrival_assist, arrival_window_ms),
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -139,6 +143,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 hot_swap,
                 hot_swap_window_ms,
                 arrival_assist,
+                arrival_window_ms,
             },
         )
 }
@@ -521,6 +526,58 @@ proptest! {
                     prop_assert!(now - t >= HOT_SWAP_PERIOD_MS, "{} then {}", t, now);
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    /// The arrival window changes protection only, and only downwards:
+    /// with the incumbents of `s` (all but its last `arrivals` containers)
+    /// solved first and the newcomers then arriving, the plan with the
+    /// window on has the targets, budgets and states of the plan with it
+    /// off; `memory.low` is never higher, and lower (0) only for a
+    /// container that is not filling, not pinned, and holds more of the
+    /// fast tier than its guarantee.
+    #[test]
+    fn the_arrival_window_only_unprotects_incumbents(
+        s in snapshot(),
+        p in params(),
+        arrivals in 1..4usize,
+    ) {
+        let mut s = s;
+        s.elapsed_ms = s.elapsed_ms.max(1);
+        let n = s.containers.len().saturating_sub(arrivals);
+        let mut before = s.clone();
+        before.containers.truncate(n);
+        let solve_with = |window_ms| {
+            let p = PolicyParams { arrival_window_ms: window_ms, ..p.clone() };
+            let mut st = PolicyState::default();
+            solve(&before, &p, &mut st);
+            solve(&s, &p, &mut st)
+        };
+        let (on, off) = (solve_with(30_000), solve_with(0));
+        prop_assert!(off.filling.is_empty());
+        if n == 0 {
+            prop_assert!(on.filling.is_empty(), "the first cycle fills nobody");
+        }
+        for (a, b) in on.containers.iter().zip(&off.containers) {
+            prop_assert_eq!(a.id, b.id);
+            prop_assert_eq!(a.target_bytes, b.target_bytes);
+            prop_assert_eq!(a.demote_bytes, b.demote_bytes);
+            prop_assert_eq!(a.promote_bytes, b.promote_bytes);
+            prop_assert_eq!(a.state, b.state);
+            prop_assert!(a.memory_low_bytes <= b.memory_low_bytes);
+            if a.memory_low_bytes < b.memory_low_bytes {
+                let c = s.containers.iter().find(|c| c.id == a.id).unwrap();
+                prop_assert_eq!(a.memory_low_bytes, 0);
+                prop_assert!(!on.filling.contains(&a.id));
+                prop_assert!(!c.policy.opt_out);
+                prop_assert!(c.fast_bytes > a.guarantee_bytes);
+            }
+        }
+        // Newcomers seen for the first time are filling (n > 0).
+        for c in &s.containers[n..] {
+            prop_assert!(n == 0 || on.filling.contains(&c.id));
         }
     }
 }

@@ -658,6 +658,16 @@ pub struct LimitsConfig {
     /// assist needs (`hotness.source = "damon"`, the move_pages mover,
     /// `daemon.assist_after` > 0).
     pub arrival_assist: bool,
+    /// For how long after a container arrives tierd lets the kernel make
+    /// room for it: while its usage grows by more than `band_min` a cycle,
+    /// the containers already there that hold more of the fast tier than
+    /// they would keep once it has its share lose their `memory.low`, so
+    /// kswapd, woken by its allocations, demotes them and the allocations
+    /// stay on the fast tier instead of spilling to the lower tier, to be
+    /// promoted back page by page (`policy::Plan::filling`). Nothing is
+    /// demoted by tierd for it. "0": off. docs/NOTES.md "Session 63".
+    #[serde(deserialize_with = "de_duration")]
+    pub arrival_window: Duration,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -696,6 +706,7 @@ impl Default for LimitsConfig {
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             arrival_assist: p.arrival_assist,
+            arrival_window: Duration::from_millis(p.arrival_window_ms),
         }
     }
 }
@@ -1369,6 +1380,32 @@ impl Config {
         self.matchers.iter().position(|m| m.is_match(cgroup))
     }
 
+    /// The directories (relative to the cgroup root, no slashes at either
+    /// end; `""` is the root) under which a `[[policy]]` can match a cgroup:
+    /// each pattern's literal part up to its last `/` before the first glob
+    /// character (`tenants.slice/*` → `tenants.slice`,
+    /// `kubepods.slice/**/pod*` → `kubepods.slice`, `*` → `""`). Sorted, no
+    /// duplicates. A cgroup created in one of them or below is a possible
+    /// arrival (`crate::arrivals`).
+    pub fn match_dirs(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| {
+                let pat = p.pattern.trim_start_matches('/');
+                let literal = &pat[..pat.find(['*', '?', '[', '{', '\\']).unwrap_or(pat.len())];
+                literal
+                    .rfind('/')
+                    .map_or("", |i| &literal[..i])
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The policy crate's view of entry `i`.
     pub fn container_policy(&self, i: usize) -> ContainerPolicy {
         let p = &self.policies[i];
@@ -1453,6 +1490,7 @@ impl Config {
             hot_swap: l.hot_swap && self.daemon.recall,
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
             arrival_assist: l.arrival_assist,
+            arrival_window_ms: l.arrival_window.as_millis() as u64,
         }
     }
 }

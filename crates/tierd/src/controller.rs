@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -160,6 +161,9 @@ pub struct Controller {
     stat_hint_faults: HashMap<u64, u64>,
     /// Every cgroup id seen by this cycle's discovery.
     alive_ids: HashSet<u64>,
+    /// The cgroup directories where a new cgroup may be an arrival, as of
+    /// the last discovery ([`Self::arrival_dirs`]).
+    arrival_dirs: Vec<PathBuf>,
     /// Held hot-set demand per container (`policy::DemandHolds`).
     demand_hold: DemandHolds,
     /// MGLRU's eviction command, when demotion goes through it.
@@ -416,6 +420,7 @@ impl Controller {
             faults,
             stat_hint_faults: HashMap::new(),
             alive_ids: HashSet::new(),
+            arrival_dirs: Vec::new(),
             demand_hold: DemandHolds::default(),
             lru_gen,
             swappiness,
@@ -451,6 +456,15 @@ impl Controller {
         c.setup_hotness();
         c.setup_unmanaged();
         Ok(c)
+    }
+
+    /// The cgroup directories, absolute, in which a new cgroup may be an
+    /// arrival, as of the last discovery: the unmanaged ones at, above or
+    /// below a policy's literal directory ([`Config::match_dirs`]). The
+    /// daemon watches them (`crate::arrivals`) and runs
+    /// [`Self::on_arrival`] when one gets a child.
+    pub fn arrival_dirs(&self) -> &[PathBuf] {
+        &self.arrival_dirs
     }
 
     pub fn observe_only(&self) -> bool {

@@ -350,6 +350,19 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
 
     let mut ticker = tokio::time::interval(cfg.daemon.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A cgroup made where a policy can match one runs the check at once
+    // (arrivals.rs); without inotify, arrivals are seen at the interval.
+    let mut arrivals = match crate::arrivals::ArrivalWatch::new() {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "inotify unavailable: a new container is seen at the next interval, not when its cgroup is made");
+            None
+        }
+    };
+    // Not more often than this after an arrival's check: a burst of new
+    // cgroups (a host starting many units) costs a check per gap at most.
+    let mut next_arrival = tokio::time::Instant::now();
+    let mut arrival;
     tokio::pin!(shutdown);
     loop {
         // Biased: a stop that is already pending wins over a due cycle.
@@ -372,17 +385,35 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
                 }
                 continue;
             }
-            _ = ticker.tick() => {}
+            _ = ticker.tick() => arrival = false,
+            res = created(arrivals.as_mut(), next_arrival) => {
+                if let Err(e) = res {
+                    tracing::warn!(error = %e, "inotify read failed; new containers are seen at the next interval");
+                    arrivals = None;
+                    continue;
+                }
+                arrival = true;
+            }
         }
         // A cycle does blocking cgroupfs I/O (memory.reclaim can take seconds),
         // so it runs off the async workers; the controller moves there and back.
         let (c, res) = tokio::task::spawn_blocking(move || {
-            let res = controller.tick();
+            let res = if arrival {
+                controller.on_arrival()
+            } else {
+                controller.tick()
+            };
             (controller, res)
         })
         .await
         .context("control-loop cycle panicked")?;
         controller = c;
+        if arrival {
+            next_arrival = tokio::time::Instant::now() + controller.config().daemon.interval / 8;
+        }
+        if let Some(w) = arrivals.as_mut() {
+            w.sync(controller.arrival_dirs());
+        }
         if !controller.observe_only() && controller.promotion() != promotion {
             promotion = controller.promotion();
             switch_promotion(&controller, promotion, &mut knobs);
@@ -412,6 +443,21 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
     let _ = stop_http.send(());
     let _ = server.await;
     Ok(())
+}
+
+/// Resolves when a cgroup was made in a watched directory, not before
+/// `not_before`; never without a watch.
+async fn created(
+    w: Option<&mut crate::arrivals::ArrivalWatch>,
+    not_before: tokio::time::Instant,
+) -> std::io::Result<()> {
+    match w {
+        Some(w) => {
+            tokio::time::sleep_until(not_before).await;
+            w.created().await
+        }
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

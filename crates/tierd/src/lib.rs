@@ -5,6 +5,7 @@
 //! See docs/DESIGN.md for the architecture and the policy semantics.
 
 pub mod actuators;
+pub mod arrivals;
 pub mod config;
 pub mod controller;
 pub mod daemon;

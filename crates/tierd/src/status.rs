@@ -99,4 +99,8 @@ pub struct ContainerStatus {
     /// /status.
     #[serde(default)]
     pub memory_pressure_percent: Option<f64>,
+    /// A newcomer filling its share (`limits.arrival_window`); absent in
+    /// older tierd's /status.
+    #[serde(default)]
+    pub filling: bool,
 }

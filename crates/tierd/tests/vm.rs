@@ -3232,3 +3232,106 @@ echo DONE
         "tierd_unmanaged_demoted_bytes {counted} should count the {by_tierd} MiB it demoted\n{out}"
     );
 }
+
+/// An arrival (`limits.arrival_window`, and the inotify wake of
+/// `arrivals.rs`): a hog alone at its target is protected up to its usage.
+/// The moment a cgroup is made under `tenants.slice`, with a 30 s interval,
+/// tierd runs a cycle: the newcomer is filling, and the hog, above the half
+/// it would keep once the newcomer had its share, loses `memory.low`
+/// (its target, and so tierd's demotion, unchanged). With a 20 s window the
+/// first regular cycle after it finds the newcomer no longer filling: both
+/// fit, so the hog is protected again.
+#[test]
+fn an_arrival_is_seen_at_once_and_unprotects_the_incumbent_while_it_fills() {
+    let g = boot(
+        r#"
+. /tests/lib.sh
+mkcg tenants.slice/hog
+start_in tenants.slice/hog tierload hotset --size-mib 500 --hot-mib 32 --report-s 60 > /dev/null
+wait_usage tenants.slice/hog 490 120 || exit 1
+LOW=$CG/tenants.slice/hog/memory.low
+printf '[daemon]\ninterval = "30s"\n[limits]\narrival_window = "20s"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+TIERD=$!
+wait_http 30 || exit 1
+# until_low TAG CMP DEADLINE_S: polls the hog's memory.low every 0.2 s
+# until `[ value CMP 0 ]` holds (-eq, -gt).
+until_low() {
+    local i=0 t0
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    until [ "$(cat $LOW)" $2 0 ]; do
+        i=$((i + 1)); [ $i -gt $(( $3 * 5 )) ] && { echo "LOW $1 DEADLINE $(cat $LOW)"; emit_status; cat /tmp/tierd.log; return 1; }
+        sleep 0.2
+    done
+    echo "LOW $1 $(cat $LOW) $(awk -v a=$t0 '{ printf "%.1f", $1 - a }' /proc/uptime)"
+}
+until_low ALONE -gt 30 || exit 1
+emit_status
+mkdir $CG/tenants.slice/newcomer
+until_low ARRIVAL -eq 20 || exit 1
+# /status is published at the end of the cycle that wrote memory.low.
+wait_status '"filling":true' 20 || exit 1
+emit_status
+start_in tenants.slice/newcomer tierload hotset --size-mib 150 --hot-mib 150 --report-s 60 > /dev/null
+until_low AFTER -gt 90 || exit 1
+i=0
+while tierctl status --json | grep -q '"filling":true'; do
+    i=$((i + 1)); [ $i -gt 100 ] && break
+    sleep 0.2
+done
+emit_status
+tierctl metrics | grep '^tierd_arrival_wakes' | sed 's/^/METRIC /'
+kill -TERM $TIERD; wait $TIERD
+"#,
+        300,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    let low = |tag: &str| -> (u64, f64) {
+        let v = field(&g.output, &format!("LOW {tag}"));
+        let f: Vec<&str> = v.split_whitespace().collect();
+        (f[0].parse().unwrap(), f[1].parse().unwrap())
+    };
+    let st = statuses(&g.output);
+    assert_eq!(st.len(), 3, "{}", g.output);
+    let hog = |s: &Status| container(s, "tenants.slice/hog").cloned().unwrap();
+    // Alone: at its target, protected to its usage.
+    let alone = hog(&st[0]);
+    assert!(
+        low("ALONE").0 >= 490 * MIB && alone.state == "at_target" && !alone.filling,
+        "{alone:?}\n{}",
+        g.output
+    );
+    // The cgroup was seen within seconds, well before the next interval
+    // (30 s): the cycle that saw it ran on the wake.
+    let (_, seen_s) = low("ARRIVAL");
+    assert!(
+        seen_s < 15.0,
+        "memory.low went to 0 after {seen_s} s\n{}",
+        g.output
+    );
+    let wakes: f64 = field(&g.output, "METRIC tierd_arrival_wakes_total")
+        .parse()
+        .unwrap();
+    assert!(wakes >= 1.0, "{}", g.output);
+    let (arr, newcomer) = (
+        hog(&st[1]),
+        container(&st[1], "tenants.slice/newcomer").cloned(),
+    );
+    let newcomer = newcomer.unwrap_or_else(|| panic!("newcomer not managed:\n{}", g.output));
+    assert!(newcomer.filling && !arr.filling, "{newcomer:?}\n{arr:?}");
+    assert_eq!(arr.memory_low_bytes, 0, "{arr:?}");
+    // Nothing demoted for it: the hog's target is still its usage.
+    assert!(
+        arr.demote_bytes == 0 && arr.target_bytes + band(arr.target_bytes) >= arr.fast_bytes,
+        "{arr:?}"
+    );
+    // Filling over (the window): both fit, the hog is protected again.
+    let after = hog(&st[2]);
+    assert!(
+        low("AFTER").0 >= 490 * MIB
+            && !container(&st[2], "tenants.slice/newcomer").unwrap().filling
+            && after.memory_low_bytes > 0,
+        "{after:?}\n{}",
+        g.output
+    );
+}

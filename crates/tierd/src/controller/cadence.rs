@@ -133,6 +133,20 @@ impl Controller {
         self.cycle().map(Some)
     }
 
+    /// A cgroup appeared where a policy can match one
+    /// ([`Self::arrival_dirs`]): the check, now rather than at the next
+    /// interval, and the full cycle when it finds an arrival (or anything
+    /// else that moved), so that a newcomer is seen before it has allocated
+    /// (`policy::Plan::filling`). `Ok(None)` when nothing changed (a
+    /// cgroup no policy matches). Counted in `tierd_arrival_wakes_total`.
+    pub fn on_arrival(&mut self) -> Result<Option<Plan>> {
+        self.metrics.arrival_wakes.inc();
+        match self.check()? {
+            Some(changed) => self.cycle_from(Some(changed)).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The check between full cycles: the managed containers when something
     /// that would change the plan moved (see [`Cadence::changed`]), for the
     /// full cycle to start from; `None` when nothing did.

@@ -30,6 +30,7 @@ impl Controller {
         mt.fast_need_bytes.set(gauge_bytes(plan.need_bytes));
         mt.guarantees_scaled.set(i64::from(plan.guarantees_scaled));
         mt.managed_containers.set(managed.len() as i64);
+        mt.filling_containers.set(plan.filling.len() as i64);
         mt.tiered.set(i64::from(self.actuating()));
         mt.kernel_promotion_limited
             .set(i64::from(self.gate.limited()));
@@ -185,6 +186,7 @@ impl Controller {
                 damping_level: p.damping_level,
                 memory_pressure_percent: pressure,
                 pingpong_bytes_per_s: p.pingpong_bytes_per_s,
+                filling: plan.filling.contains(&m.id),
             });
         }
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;

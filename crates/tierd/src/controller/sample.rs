@@ -146,8 +146,25 @@ impl Controller {
         // one of them is part of it. One set lookup per ancestor keeps
         // discovery linear in the number of cgroups.
         let mut managed_paths: HashMap<String, usize> = HashMap::new();
+        let match_dirs = self.cfg.match_dirs();
+        // A new cgroup can be an arrival only where a policy can match it.
+        let watch = |path: &str| {
+            match_dirs.iter().any(|d| {
+                d.is_empty()
+                    || path.is_empty()
+                    || d == path
+                    || d.strip_prefix(path).is_some_and(|r| r.starts_with('/'))
+                    || path
+                        .strip_prefix(d.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+        };
+        self.arrival_dirs.clear();
         for c in all {
             if c.path.is_empty() {
+                if watch("") {
+                    self.arrival_dirs.push(self.cg.dir(""));
+                }
                 continue;
             }
             self.alive_ids.insert(c.id);
@@ -156,7 +173,11 @@ impl Controller {
                 out[i].member_ids.push(c.id);
                 continue;
             }
-            if let Some(i) = self.cfg.match_policy(&c.path) {
+            let matched = self.cfg.match_policy(&c.path);
+            if matched.is_none() && watch(&c.path) {
+                self.arrival_dirs.push(self.cg.dir(&c.path));
+            }
+            if let Some(i) = matched {
                 managed_paths.insert(c.path.clone(), out.len());
                 out.push(Managed {
                     members: vec![c.path.clone()],
