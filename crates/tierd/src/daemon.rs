@@ -408,8 +408,15 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
         .await
         .context("control-loop cycle panicked")?;
         controller = c;
+        let interval = controller.config().daemon.interval;
         if arrival {
-            next_arrival = tokio::time::Instant::now() + controller.config().daemon.interval / 8;
+            next_arrival = tokio::time::Instant::now() + interval / 8;
+        }
+        // While a newcomer fills its share, cycles every quarter interval:
+        // each demotes what its allocation took from the headroom, so the
+        // rest of it lands on the fast tier (policy::Plan::filling).
+        if matches!(&res, Ok(Some(plan)) if !plan.filling.is_empty()) {
+            ticker.reset_after(interval / 4);
         }
         if let Some(w) = arrivals.as_mut() {
             w.sync(controller.arrival_dirs());
