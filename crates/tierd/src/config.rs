@@ -1499,6 +1499,21 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The directories where a policy can match a new cgroup: each
+    /// pattern's literal part up to its last `/` before a glob character.
+    #[test]
+    fn match_dirs_are_the_literal_directories_of_the_patterns() {
+        let c = Config::parse(
+            "[[policy]]\nmatch = \"tenants.slice/*\"\n\
+             [[policy]]\nmatch = \"kubepods.slice/**/pod*\"\n\
+             [[policy]]\nmatch = \"tenants.slice/web\"\n\
+             [[policy]]\nmatch = \"batch-*.slice\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.match_dirs(), ["", "kubepods.slice", "tenants.slice"]);
+    }
+
     /// The commented example shipped in `config/tierd.toml` loads, and says
     /// what the defaults are.
     #[test]

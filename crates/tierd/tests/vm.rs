@@ -3255,11 +3255,12 @@ tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
 # until_low TAG CMP DEADLINE_S: polls the hog's memory.low every 0.2 s
-# until `[ value CMP 0 ]` holds (-eq, -gt).
+# until `[ value CMP 0 ]` holds (-eq, -gt; tierd writes usage as max).
+low_num() { sed 's/^max$/1/' $LOW; }
 until_low() {
     local i=0 t0
     t0=$(cut -d' ' -f1 /proc/uptime)
-    until [ "$(cat $LOW)" $2 0 ]; do
+    until [ "$(low_num)" $2 0 ]; do
         i=$((i + 1)); [ $i -gt $(( $3 * 5 )) ] && { echo "LOW $1 DEADLINE $(cat $LOW)"; emit_status; cat /tmp/tierd.log; return 1; }
         sleep 0.2
     done
@@ -3289,7 +3290,12 @@ kill -TERM $TIERD; wait $TIERD
     let low = |tag: &str| -> (u64, f64) {
         let v = field(&g.output, &format!("LOW {tag}"));
         let f: Vec<&str> = v.split_whitespace().collect();
-        (f[0].parse().unwrap(), f[1].parse().unwrap())
+        let bytes = if f[0] == "max" {
+            u64::MAX
+        } else {
+            f[0].parse().unwrap()
+        };
+        (bytes, f[1].parse().unwrap())
     };
     let st = statuses(&g.output);
     assert_eq!(st.len(), 3, "{}", g.output);
