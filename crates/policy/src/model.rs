@@ -524,7 +524,9 @@ pub struct Plan {
     /// `local_high`, the weights deciding) get `memory.low` 0: the kernel's
     /// reclaim, woken by the newcomer's allocation, demotes them and the
     /// allocation stays on the fast tier. The daemon's first cycle has no
-    /// incumbents, so it drops nothing.
+    /// incumbents, so it drops nothing. The daemon runs its cycle every
+    /// quarter interval while one is filling, each demoting (to the
+    /// headroom, as [`Plan::need_bytes`] says) what the allocation took.
     pub filling: Vec<ContainerId>,
     /// The hot swap's window is open ([`PolicyParams::hot_swap_window_ms`]);
     /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
