@@ -2535,12 +2535,13 @@ S=$(start_in tenants.slice/steady tierload hotset --size-mib 400 --hot-mib 200 -
 wait_usage tenants.slice/steady 395 90 || exit 1
 N=$(start_in tenants.slice/noisy tierload hotset --size-mib 800 --hot-mib 800 --report-s 60)
 # Until the kernel gives node 0 up, to a deadline (a CI run with two
-# guests on the machine had not in 40 s); tierd is stopped while it is.
+# guests on the machine had not in 40 s; on a slower day it took 130–170 s
+# and sometimes more than 240); tierd is stopped while it is.
 i=0
 while :; do
     i=$((i + 1)); U=$(unr); echo "UNR $i $U"
     [ "$U" = 1 ] && [ "$(grep -c 'stopped reclaiming fast node' /tmp/tierd.log)" -gt 0 ] && break
-    [ $i -ge 240 ] && break
+    [ $i -ge 480 ] && break
     sleep 1
 done
 kill -TERM $TIERD
@@ -2552,7 +2553,7 @@ echo "UNR end $(unr)"
 echo "GAVEUP $(grep -c 'stopped reclaiming fast node' /tmp/tierd.log)"
 echo "REVIVED $(grep -c 'kswapd revived on fast node 0 before exit' /tmp/tierd.log)"
 "#,
-        600,
+        900,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
     let o = &g.output;
