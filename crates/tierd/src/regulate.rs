@@ -76,9 +76,10 @@ impl Moved {
     }
 }
 
-/// A demoted range, remembered for ping-pong detection.
+/// A range of a process's address space and when it was seen (demoted,
+/// for ping-pong detection; accessed, for a promotion's recently idle).
 #[derive(Debug, Clone, Copy)]
-struct Demoted {
+struct Span {
     at: Instant,
     pid: u32,
     start: u64,
@@ -92,7 +93,96 @@ const MAX_RECORDS: usize = 4096;
 pub struct PagesMover {
     mover: Mover,
     window: Duration,
-    demoted: HashMap<u64, VecDeque<Demoted>>,
+    demoted: HashMap<u64, VecDeque<Span>>,
+    seen: SeenAccessed,
+}
+
+/// Which idle regions (no access in DAMON's last aggregation) a promotion
+/// may move after the accessed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recent {
+    /// None: only what DAMON saw accessed.
+    None,
+    /// Those DAMON saw accessed within `wall` (tierd's own record,
+    /// [`PagesMover::note_accessed`]) and idle for fewer than `age`
+    /// aggregations (what cold-first demotion would not take).
+    Within { age: u32, wall: Duration },
+    /// Every region, whatever its heat (a guarantee's promotion).
+    Any,
+}
+
+/// The regions [`PagesMover::promote`] may move, in its order, as (pid,
+/// region): those seen accessed now (`nr_accesses` ≥ 1), hottest first
+/// ([`hot_ranges`]), then the idle ones `recent` says were seen accessed
+/// lately (most recently accessed by DAMON's age first, then by address).
+/// `recent` is [`PagesMover`]'s own wall-clock record rather than DAMON's
+/// age: DAMON counts age in the aggregations it has done, and resets or
+/// averages it when it splits and merges regions, so the never-touched bulk
+/// of a process read as a few aggregations old under emulation and was
+/// promoted with the hot set (docs/NOTES.md, session 64).
+pub(crate) fn promotion_order(
+    procs: &[ProcRegions],
+    recent: impl Fn(u32, &TriedRegion) -> bool,
+) -> Vec<(u32, TriedRegion)> {
+    let mut ranges = hot_ranges(procs, 1);
+    let mut idle: Vec<(u32, TriedRegion)> = procs
+        .iter()
+        .flat_map(|p| p.regions.iter().map(move |r| (p.pid, *r)))
+        .filter(|(pid, r)| r.nr_accesses == 0 && recent(*pid, r))
+        .collect();
+    idle.sort_by(|a, b| a.1.age.cmp(&b.1.age).then(a.1.start.cmp(&b.1.start)));
+    ranges.extend(idle);
+    ranges
+}
+
+/// Address ranges seen accessed, each with when it last was, per
+/// container: what "recently idle" means to a promotion.
+#[derive(Debug, Default)]
+struct SeenAccessed {
+    spans: HashMap<u64, VecDeque<Span>>,
+}
+
+impl SeenAccessed {
+    /// Records the regions of `procs` with accesses (`nr_accesses` ≥ 1) as
+    /// seen at `now` for `container`, and forgets what is older than
+    /// `keep`, at most [`MAX_RECORDS`] spans per container (oldest dropped).
+    fn note(&mut self, container: u64, procs: &[ProcRegions], now: Instant, keep: Duration) {
+        let spans = self.spans.entry(container).or_default();
+        spans.retain(|s| now.duration_since(s.at) < keep);
+        for p in procs {
+            for r in p.regions.iter().filter(|r| r.nr_accesses > 0) {
+                if spans.len() == MAX_RECORDS {
+                    spans.pop_front();
+                }
+                spans.push_back(Span {
+                    at: now,
+                    pid: p.pid,
+                    start: r.start,
+                    end: r.end,
+                });
+            }
+        }
+    }
+
+    /// Whether `pid`'s `r` overlaps a span of `container` seen accessed
+    /// within `within` of `now`.
+    fn lately(
+        &self,
+        container: u64,
+        pid: u32,
+        r: &TriedRegion,
+        now: Instant,
+        within: Duration,
+    ) -> bool {
+        self.spans.get(&container).is_some_and(|v| {
+            v.iter().any(|s| {
+                s.pid == pid
+                    && s.start < r.end
+                    && r.start < s.end
+                    && now.duration_since(s.at) < within
+            })
+        })
+    }
 }
 
 impl PagesMover {
@@ -101,18 +191,27 @@ impl PagesMover {
             mover: Mover::new(batch),
             window,
             demoted: HashMap::new(),
+            seen: SeenAccessed::default(),
         }
+    }
+
+    /// Records which regions of `container`'s processes DAMON saw accessed
+    /// this cycle (`procs`: all its regions, on any node), for the
+    /// [`Recent::Within`] of later promotions; forgets what is older than
+    /// `keep`. Called once a cycle per container DAMON watches.
+    pub fn note_accessed(&mut self, container: u64, procs: &[ProcRegions], keep: Duration) {
+        self.seen.note(container, procs, Instant::now(), keep);
     }
 
     /// Moves up to `budget` bytes of `container`'s most accessed regions
     /// from `lower` nodes to `dest`: hottest first, then warm ones (any
-    /// access seen), then regions idle for less than `cold_age` aggregation
-    /// intervals, most recently accessed first.
+    /// access seen), then the idle ones `recent` admits, most recently
+    /// accessed first ([`promotion_order`]).
     pub fn promote(
         &mut self,
         container: u64,
         procs: &[ProcRegions],
-        cold_age: u32,
+        recent: Recent,
         lower: &[u32],
         dest: u32,
         budget: u64,
@@ -121,17 +220,17 @@ impl PagesMover {
         // (a newcomer's regions are still being split) is in the warm
         // regions, and a cache's long tail (every page has some access
         // probability) in the recently idle ones; regions idle for at least
-        // cold_age — what cold-first demotion would take — stay put, so
-        // promotion and demotion never disagree about a region.
-        let mut ranges = hot_ranges(procs, 1);
-        let mut recent: Vec<(u32, TriedRegion)> = procs
-            .iter()
-            .flat_map(|p| p.regions.iter().map(move |r| (p.pid, *r)))
-            .filter(|(_, r)| r.nr_accesses == 0 && r.age < cold_age)
-            .collect();
-        recent.sort_by(|a, b| a.1.age.cmp(&b.1.age).then(a.1.start.cmp(&b.1.start)));
-        ranges.extend(recent);
+        // the demotion's age stay put, so promotion and demotion never
+        // disagree about a region.
         let now = Instant::now();
+        let seen = &self.seen;
+        let ranges = promotion_order(procs, |pid, r| match recent {
+            Recent::None => false,
+            Recent::Any => true,
+            Recent::Within { age, wall } => {
+                r.age < age && seen.lately(container, pid, r, now, wall)
+            }
+        });
         let window = self.window;
         let records = self.demoted.entry(container).or_default();
         records.retain(|d| now.duration_since(d.at) < window);
@@ -206,7 +305,7 @@ impl PagesMover {
                         if records.len() == MAX_RECORDS {
                             records.pop_front();
                         }
-                        records.push_back(Demoted {
+                        records.push_back(Span {
                             at: now,
                             pid,
                             start: r.start,
@@ -246,6 +345,7 @@ impl PagesMover {
     /// Drops the records of containers no longer managed.
     pub fn retain(&mut self, alive: impl Fn(u64) -> bool) {
         self.demoted.retain(|&c, _| alive(c));
+        self.seen.spans.retain(|&c, _| alive(c));
     }
 }
 
@@ -690,6 +790,73 @@ pub fn node_phys_ranges(sysfs_root: &Path, node: u32) -> anyhow::Result<Vec<(u64
 mod tests {
     use super::*;
 
+    fn tried(start_mib: u64, end_mib: u64, nr_accesses: u32, age: u32) -> TriedRegion {
+        TriedRegion {
+            start: start_mib << 20,
+            end: end_mib << 20,
+            nr_accesses,
+            age,
+        }
+    }
+
+    #[test]
+    fn promotion_takes_the_accessed_then_what_was_seen_accessed_lately() {
+        // One process: a hot region, a warm one, two idle ones DAMON saw
+        // accessed a cycle ago, and its untouched bulk, all young by
+        // DAMON's age (as when kdamond lags the clock or merges reset it).
+        let procs = |regions: Vec<TriedRegion>| {
+            vec![ProcRegions {
+                pid: 10,
+                regions,
+                nodes: vec![],
+            }]
+        };
+        let before = procs(vec![
+            tried(0, 8, 20, 9),
+            tried(8, 16, 2, 3),
+            tried(16, 24, 3, 0),
+            tried(24, 32, 1, 0),
+            tried(32, 192, 0, 3),
+        ]);
+        let now = procs(vec![
+            tried(0, 8, 20, 9),
+            tried(8, 16, 2, 3),
+            tried(16, 24, 0, 5),
+            tried(24, 32, 0, 1),
+            tried(32, 192, 0, 4),
+        ]);
+        let mut seen = SeenAccessed::default();
+        let t0 = Instant::now();
+        let keep = Duration::from_secs(5);
+        seen.note(7, &before, t0, keep);
+        let t1 = t0 + Duration::from_secs(2);
+        seen.note(7, &now, t1, keep);
+        let starts = |at: Instant, age: u32| -> Vec<u64> {
+            promotion_order(&now, |pid, r| {
+                r.age < age && seen.lately(7, pid, r, at, keep)
+            })
+            .iter()
+            .map(|(_, r)| r.start >> 20)
+            .collect()
+        };
+        // Hottest first, then the recently idle by DAMON's age; never the
+        // bulk, young as DAMON's age says it is.
+        assert_eq!(starts(t1, 12), vec![0, 8, 24, 16]);
+        // Idle for at least the demotion's age: stays, whatever was seen.
+        assert_eq!(starts(t1, 2), vec![0, 8, 24]);
+        // Seen longer ago than `keep`: no longer recent.
+        assert_eq!(starts(t0 + Duration::from_secs(6), 12), vec![0, 8]);
+        // Another container's or process's record does not count.
+        assert!(!seen.lately(8, 10, &tried(16, 24, 0, 5), t1, keep));
+        assert!(!seen.lately(7, 11, &tried(16, 24, 0, 5), t1, keep));
+        // Records older than `keep` are dropped at the next note.
+        seen.note(7, &[], t0 + Duration::from_secs(6), keep);
+        assert_eq!(seen.spans[&7].len(), 2);
+        // Recent::None and Recent::Any, as the assist and a guarantee use.
+        assert_eq!(promotion_order(&now, |_, _| false).len(), 2);
+        assert_eq!(promotion_order(&now, |_, _| true).len(), 5);
+    }
+
     #[test]
     fn node_ranges_from_the_fixture_tree() {
         let root =
@@ -849,13 +1016,13 @@ mod tests {
         let mut pm = PagesMover::new(64, Duration::from_secs(30));
         let now = Instant::now();
         pm.demoted.entry(7).or_default().extend([
-            Demoted {
+            Span {
                 at: now,
                 pid: 100,
                 start: 0x10000,
                 end: 0x20000,
             },
-            Demoted {
+            Span {
                 at: now - Duration::from_secs(60),
                 pid: 100,
                 start: 0x40000,

@@ -1414,10 +1414,13 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         "tierd moved only {total} B:\n{}",
         g.output
     );
-    // Cold pages were not promoted wholesale: most of the 144 MiB cold part
-    // stays on node 1.
+    // Cold pages were not promoted with it: at most a third of the hot
+    // set's size more (regions straddling its edge) left node 1. Before
+    // promotions kept their own record of what was accessed, DAMON's young
+    // ages let 20-48 MiB of the never-touched part follow (NOTES session 64).
     let (_, n1) = *n.last().unwrap();
-    assert!(n1 >= 100, "cold pages were promoted too: {n:?}");
+    eprintln!("{mover}: (MiB on node 0, node 1) per second: {n:?}");
+    assert!(n1 >= 128, "cold pages were promoted too: {n:?}");
     if mover == "damos" {
         damos_goals_follow_the_kernel(&g.output);
     }

@@ -107,16 +107,16 @@ impl Controller {
     /// the headroom by. Returns true while an assisted container is still
     /// being watched or moved (the cycle is not quiet).
     pub(super) fn assist(&mut self, managed: &[Managed], plan: &Plan) -> bool {
-        let todo: Vec<(u64, u64, u32)> = plan
+        let todo: Vec<(u64, u64, Recent)> = plan
             .containers
             .iter()
             .filter(|p| p.assisted && p.promote_bytes > 0)
-            .map(|p| (p.id, p.promote_bytes, 0))
+            .map(|p| (p.id, p.promote_bytes, Recent::None))
             .collect();
         if todo.is_empty() || self.hot.pages.is_none() {
             return false;
         }
-        // Hot regions only (cold_age 0): the assist promotes what DAMON saw
+        // Hot regions only (Recent::None): the assist promotes what DAMON saw
         // accessed, never the recently idle; and nothing before DAMON has
         // watched the container for `cold_min_age`.
         let warm_up = self.cfg.daemon.cold_min_age;
@@ -124,12 +124,12 @@ impl Controller {
         true
     }
 
-    /// Moves up to `want` bytes of each `(container, want, max_age)` of
+    /// Moves up to `want` bytes of each `(container, want, recent)` of
     /// `todo`, in its order, from the container's DAMON regions that have
     /// pages on the lower tier to the fast node with the most free memory,
-    /// with `move_pages(2)`: regions hot or idle for at most `max_age`
-    /// aggregations, hottest first
-    /// (`hotness::pages::PageMover::promote`). All of them share the room
+    /// with `move_pages(2)`: regions seen accessed, hottest first, then the
+    /// idle ones `recent` admits
+    /// ([`PagesMover::promote`]). All of them share the room
     /// read now, after this cycle's demotion: free fast-tier bytes above
     /// the headroom, so a promotion never pushes the fast node into its
     /// watermarks (docs/NOTES.md "The guarantee's promotion needs DAMON"),
@@ -143,7 +143,7 @@ impl Controller {
     pub(super) fn promote_regions(
         &mut self,
         managed: &[Managed],
-        todo: &[(u64, u64, u32)],
+        todo: &[(u64, u64, Recent)],
         warm_up: Duration,
         what: &str,
         mechanism: &'static str,
@@ -155,7 +155,7 @@ impl Controller {
         let (Some(pm), readings) = (self.hot.pages.as_mut(), &self.hot.readings) else {
             return;
         };
-        for &(c, want, max_age) in todo {
+        for &(c, want, recent) in todo {
             let Some(r) = readings.get(&c).filter(|r| r.monitored_for >= warm_up) else {
                 continue;
             };
@@ -170,7 +170,7 @@ impl Controller {
             // tier: the node queries (a few µs a page under emulation) are
             // not spent on pages already on DRAM.
             let procs = with_lower_pages(&r.procs, &lower);
-            let mv = pm.promote(c, &procs, max_age, &lower, dest, budget);
+            let mv = pm.promote(c, &procs, recent, &lower, dest, budget);
             room = room.saturating_sub(mv.bytes);
             results.push((c, mv));
         }

@@ -218,20 +218,23 @@ impl Controller {
         if d.promotion != PromotionMode::Tierd || self.hot.pages.is_none() {
             return;
         }
-        let base_age = self.cold_min_age_aggrs(self.cfg.hotness.aggr_interval);
-        let todo: Vec<(u64, u64, u32)> = managed
+        let recent = Recent::Within {
+            age: self.cold_min_age_aggrs(self.cfg.hotness.aggr_interval),
+            wall: d.cold_min_age,
+        };
+        let todo: Vec<(u64, u64, Recent)> = managed
             .iter()
             .filter_map(|m| {
                 let p = plan.get(m.id).filter(|p| p.promote_bytes > 0)?;
                 let r = self.hot.readings.get(&m.id)?;
                 // Recently idle regions count as worth promoting only once
                 // DAMON has watched long enough to tell them from cold ones.
-                let max_age = if r.monitored_for >= d.cold_min_age {
-                    base_age
+                let recent = if r.monitored_for >= d.cold_min_age {
+                    recent
                 } else {
-                    0
+                    Recent::None
                 };
-                Some((m.id, p.promote_bytes, max_age))
+                Some((m.id, p.promote_bytes, recent))
             })
             .collect();
         if !todo.is_empty() {
@@ -257,11 +260,11 @@ impl Controller {
     /// mover and DAMON's regions of the container (sample.rs watches owed
     /// containers); otherwise the kernel's promotion alone fills it.
     pub(super) fn promote_guarantees(&mut self, managed: &[Managed], plan: &Plan) {
-        let todo: Vec<(u64, u64, u32)> = plan
+        let todo: Vec<(u64, u64, Recent)> = plan
             .containers
             .iter()
             .filter(|p| p.guarantee_promote_bytes > 0)
-            .map(|p| (p.id, p.guarantee_promote_bytes, u32::MAX))
+            .map(|p| (p.id, p.guarantee_promote_bytes, Recent::Any))
             .collect();
         if todo.is_empty() || self.hot.pages.is_none() {
             return;

@@ -119,7 +119,16 @@ impl Controller {
             return;
         };
         match mon.sample(damon, &members) {
-            Ok(r) => self.hot.readings = r,
+            Ok(r) => {
+                // What was accessed, for the recently idle a promotion may
+                // take (kept as long as that counts as recent).
+                if let Some(pm) = self.hot.pages.as_mut() {
+                    for (&c, reading) in &r {
+                        pm.note_accessed(c, &reading.procs, self.cfg.daemon.cold_min_age);
+                    }
+                }
+                self.hot.readings = r;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "DAMON sampling failed this cycle; demand = usage");
             }
