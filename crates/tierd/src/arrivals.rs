@@ -114,6 +114,15 @@ impl ArrivalWatch {
             let mut ready = self.fd.readable().await?;
             match ready.try_io(|fd| fd.get_ref().0.read_events().map_err(io::Error::from)) {
                 Ok(Ok(events)) => {
+                    // A removed directory's watch is gone (`IN_IGNORED`):
+                    // forget it, so that a directory made again at the same
+                    // path is watched again at the next `sync`.
+                    for e in events
+                        .iter()
+                        .filter(|e| e.mask.contains(AddWatchFlags::IN_IGNORED))
+                    {
+                        self.watched.retain(|_, wd| *wd != e.wd);
+                    }
                     if events.iter().any(|e| {
                         e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
                             || e.mask
@@ -171,6 +180,31 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(10), w.created())
             .await
             .expect("no wake for a directory made in b")
+            .unwrap();
+    }
+
+    /// A watched directory removed and made again at the same path (a
+    /// cgroup parent recreated) is watched again after the next `sync`.
+    #[tokio::test]
+    async fn a_directory_made_again_is_watched_again() {
+        let root = tempfile::tempdir().unwrap();
+        let c = root.path().join("c");
+        std::fs::create_dir(&c).unwrap();
+        let mut w = ArrivalWatch::new().unwrap();
+        w.sync(std::slice::from_ref(&c));
+        assert_eq!(w.len(), 1);
+        std::fs::remove_dir(&c).unwrap();
+        // Reading the events takes in the IN_IGNORED of the removal.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), w.created()).await;
+        assert!(waited.is_err(), "a removal is not an arrival");
+        assert_eq!(w.len(), 0, "the removed directory's watch is forgotten");
+        std::fs::create_dir(&c).unwrap();
+        w.sync(std::slice::from_ref(&c));
+        assert_eq!(w.len(), 1);
+        std::fs::create_dir(c.join("newcomer")).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), w.created())
+            .await
+            .expect("no wake for a directory made in the re-made one")
             .unwrap();
     }
 }
