@@ -120,9 +120,11 @@ impl Controller {
         };
         match mon.sample(damon, &members) {
             Ok(r) => {
-                // What was accessed, for the recently idle a promotion may
-                // take (kept as long as that counts as recent).
-                if let Some(pm) = self.hot.pages.as_mut() {
+                // What was accessed, for the recently idle tierd's own
+                // promotion may take (kept as long as that counts as
+                // recent); nothing else reads it.
+                let promotes = self.cfg.daemon.promotion == PromotionMode::Tierd;
+                if let Some(pm) = self.hot.pages.as_mut().filter(|_| promotes) {
                     for (&c, reading) in &r {
                         pm.note_accessed(c, &reading.procs, self.cfg.daemon.cold_min_age);
                     }
