@@ -85,6 +85,13 @@ struct Common {
     /// Use transparent huge pages (MADV_HUGEPAGE); default MADV_NOHUGEPAGE.
     #[arg(long, global = true)]
     thp: bool,
+    /// Lock the buffer in memory (mlock(2)): its pages go to the
+    /// unevictable LRU, so reclaim (kswapd, memory.reclaim) can neither
+    /// evict nor demote them, while migration (move_pages, NUMA-balancing
+    /// promotion) still moves them. For tests that need a node whose
+    /// memory reclaim cannot take. Needs CAP_IPC_LOCK or RLIMIT_MEMLOCK.
+    #[arg(long, global = true)]
+    mlock: bool,
     /// Seconds between reports (0: only the final report).
     #[arg(long, global = true, default_value_t = 2.0)]
     report_s: f64,
@@ -418,6 +425,12 @@ fn run(cli: Cli) -> Result<(), String> {
     }
 
     let buf = Arc::new(Buffer::new(len, c.thp)?);
+    if c.mlock && unsafe { libc::mlock(buf.base as *const libc::c_void, buf.len) } != 0 {
+        return Err(format!(
+            "mlock {len} bytes: {} (needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK)",
+            std::io::Error::last_os_error()
+        ));
+    }
     // Touch (write) every page once.
     for p in 0..pages {
         if p % 256 == 0 && STOP.load(Ordering::Relaxed) {
