@@ -1,4 +1,6 @@
-# Churn soak, sourced after /tests/lib.sh: `churn_soak SECONDS`.
+# Churn soak, sourced after /tests/lib.sh: `churn_soak SECONDS [MIN]`: at
+# least SECONDS and, when MIN is given, until MIN containers went through
+# (to a deadline of 5 × SECONDS: a slow machine churns fewer a second).
 #
 # A steady 64 MiB tenant and tierd (DAMON heat, 500 ms cycles, a
 # local_high that keeps it demoting), then a container created and destroyed
@@ -13,7 +15,7 @@
 # (60 s) and by `cargo xtask bench` (10 min).
 
 churn_soak() {
-    local soak_s=$1
+    local soak_s=$1 min=${2:-0}
     mkcg tenants.slice/steady
     start_in tenants.slice/steady tierload hotset --size-mib 64 --hot-mib 16 --report-s 60 > /dev/null
     wait_usage tenants.slice/steady 60 60
@@ -26,7 +28,7 @@ churn_soak() {
     # Warm-up churn so allocator and DAMON pools reach their working size.
     churn_for 0 10
     echo "BASE $(tierd_usage)"
-    churn_for 1000 "$soak_s"
+    churn_for 1000 "$soak_s" "$min"
     # Within a cycle of the last churned cgroup leaving its series are gone.
     local i=0
     until [ "$(tierctl metrics | grep -c 'cgroup="tenants.slice/churn')" = 0 ]; do
@@ -43,19 +45,25 @@ churn_soak() {
     grep -E 'panicked|ERROR' /tmp/tierd.log | head -5
 }
 
-# tierd's resident set, open fds, and metric series of churned cgroups.
+# tierd's resident set (now and its peak), open fds, and metric series of
+# churned cgroups.
 tierd_usage() {
-    echo "rss_kib=$(awk '/^VmRSS/ {print $2}' /proc/$T/status) fds=$(ls /proc/$T/fd | wc -l) series=$(tierctl metrics | grep -c 'cgroup="tenants.slice/churn')"
+    echo "rss_kib=$(awk '/^VmRSS/ {print $2}' /proc/$T/status) hwm_kib=$(awk '/^VmHWM/ {print $2}' /proc/$T/status) fds=$(ls /proc/$T/fd | wc -l) series=$(tierctl metrics | grep -c 'cgroup="tenants.slice/churn')"
 }
 
-# churn_for FIRST SECONDS: containers churnFIRST+1, ... for SECONDS; a SOAK
-# line every 60 s.
+# churn_for FIRST SECONDS [MIN]: containers churnFIRST+1, ... for SECONDS,
+# and on until MIN of them went through (at most 5 × SECONDS); a SOAK line
+# every 60 s.
 churn_for() {
-    local n=$1 start end next
+    local n=$1 min=${3:-0} start end cap next now
     start=$(cut -d. -f1 /proc/uptime)
     end=$((start + $2))
+    cap=$((start + 5 * $2))
     next=$((start + 60))
-    while [ "$(cut -d. -f1 /proc/uptime)" -lt "$end" ]; do
+    while :; do
+        now=$(cut -d. -f1 /proc/uptime)
+        [ "$now" -ge "$end" ] && [ $((n - $1)) -ge "$min" ] && break
+        [ "$now" -ge "$cap" ] && break
         n=$((n + 1))
         mkcg tenants.slice/churn$n
         P=$(start_in tenants.slice/churn$n tierload hotset --size-mib 24 --hot-mib 8 --report-s 60)

@@ -879,21 +879,40 @@ fn churn_soak_leaves_tierd_flat_and_no_series_behind() {
         r#"
 . /tests/lib.sh
 . /tests/churn.sh
-churn_soak 60
+churn_soak 60 25
 "#,
-        420,
+        600,
     );
     assert_eq!(g.exit_code, 0, "{}", g.output);
-    // At least 20 churned containers in the 60 s window (under TCG a
-    // create-run-kill-remove round takes 1-2 s).
-    let r = testbed::soak::check(&g.output, 20);
+    // At least 60 s and 25 churned containers (under TCG a
+    // create-run-kill-remove round takes 1-3 s; the soak goes on past 60 s
+    // until 25 went through).
+    let r = testbed::soak::check(&g.output, 25);
+    eprintln!("{}", testbed::soak::table(&r));
     assert!(r.problems.is_empty(), "{:?}\n{}", r.problems, g.output);
-    // The unit's MemoryMin= must cover what tierd keeps resident.
+    // The unit's MemoryMin= must cover what tierd keeps resident, twice
+    // over after the soak, and its peak (the start: libbpf reads the
+    // kernel's BTF).
     let min_kib = unit_memory_min_kib();
     let end_rss = r.samples.last().unwrap().1;
     assert!(
         end_rss * 2 <= min_kib,
         "tierd's RSS after the soak ({end_rss} KiB) is over half the unit's MemoryMin= ({min_kib} KiB)"
+    );
+    let hwm: i64 = g
+        .output
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("END "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("hwm_kib="))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no hwm_kib= on the END line\n{}", g.output));
+    assert!(
+        hwm <= min_kib,
+        "tierd's peak RSS ({hwm} KiB) is over the unit's MemoryMin= ({min_kib} KiB)"
     );
 }
 
@@ -2933,17 +2952,19 @@ grep -i 'file_first\|demotion failed' /tmp/tierd.log | head -5 | sed 's/^/LOG /'
     // The kernel drops rather than demotes part of a page cache read in a
     // loop (a page busy when migrated is reclaimed instead) and `cat`
     // reads it back into DRAM, so a file pass falls short and the rest
-    // comes from anonymous memory: 30–56 MiB of file moved and 0–16 of
+    // comes from anonymous memory: 30–56 MiB of file moved and 0–17 of
     // anon in runs so far (docs/NOTES.md "file_first and the page cache
-    // the kernel drops"). LRU order, in the same boot, moves no file.
+    // the kernel drops"). LRU order, in the same boot, moves no file and
+    // 60 of anon: at most half of ff's anon may go (a bound of 20 was
+    // too close to the 17 seen).
     assert!(
         ff[3] >= 24 && ff[3] >= lru[3] + 20,
         "ff's file pages were not demoted: {ff:?} (LRU order: {lru:?})\n{}",
         g.output
     );
     assert!(
-        ff[1] <= 20,
-        "ff lost anonymous memory to the lower tier: {ff:?}\n{}",
+        ff[1] <= 32,
+        "ff lost over half its anonymous memory to the lower tier: {ff:?}\n{}",
         g.output
     );
     // The baseline in LRU order took its cold anonymous memory.
