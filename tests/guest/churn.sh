@@ -3,16 +3,16 @@
 # (to a deadline of 5 × SECONDS: a slow machine churns fewer a second).
 #
 # A steady 64 MiB tenant and tierd (DAMON heat, 500 ms cycles, a
-# local_high that keeps it demoting), then a container created and destroyed
-# every second for SECONDS (its process killed mid-run, whatever tierd was
-# doing with it). Prints, for the caller to check:
-#   BASE rss_kib=.. fds=.. series=..   after a 10 s warm-up churn
-#   SOAK t=<s> rss_kib=.. fds=.. series=..   every 60 s of the soak
+# local_high that keeps it demoting), then containers created and destroyed
+# one after another, each living ~1 s (its process killed mid-run, whatever
+# tierd was doing with it). Prints, for the caller to check:
+#   BASE rss_kib=.. hwm_kib=.. fds=.. series=..   after a 10 s warm-up churn
+#   SOAK t=<s> rss_kib=.. hwm_kib=.. fds=.. series=..   every 60 s of the soak
 #   CHURNED <1000 + containers churned in the soak>
-#   END rss_kib=.. fds=.. series=..    within a cycle of the last one leaving
+#   END rss_kib=.. hwm_kib=.. fds=.. series=..    within a cycle of the last one leaving
 #   ALIVE, LOOP_ERRORS <n>, EXIT <tierd's exit status>, KDAMONDS <n>
 # Used by the VM test churn_soak_leaves_tierd_flat_and_no_series_behind
-# (60 s) and by `cargo xtask bench` (10 min).
+# (60 s and 25 containers) and by `cargo xtask bench` (10 min).
 
 churn_soak() {
     local soak_s=$1 min=${2:-0}

@@ -2581,15 +2581,23 @@ while :; do
 done
 echo "UNR samples $SAMPLES"
 # The noisy tenant leaves first: its locked memory, promoted while kswapd
-# finds nothing to take, would have the node given up again after tierd's
-# revival (2 runs in 3). Freed pages do not revive a node; only a reclaim
-# that frees one there does.
+# finds nothing to take, could have the node given up again before tierd
+# exits. Freed pages do not revive a node; only a reclaim that frees one
+# there does.
 kill $N
 wait $N
 echo "UNR noisy-gone $(unr)"
-# kswapd runs (all nodes), to tell a node left given up (kswapd is never
-# woken for it) from one revived and given up again by the kernel.
-runs() { awk '$1 == "pageoutrun" { print $2 }' /proc/vmstat; }
+# Node 0's kswapd runs from here on (the vmscan:mm_vmscan_kswapd_wake
+# tracepoint fires before each balance_pgdat()), to tell a node left given
+# up (kswapd is never woken for it) from one revived and given up again by
+# the kernel. Context switches of kswapd0 undercount: it runs again without
+# sleeping while the node is unbalanced.
+TR=/sys/kernel/tracing
+[ -e $TR/trace ] || mount -t tracefs nodev $TR
+echo 'nid == 0' > $TR/events/vmscan/mm_vmscan_kswapd_wake/filter
+echo > $TR/trace
+echo 1 > $TR/events/vmscan/mm_vmscan_kswapd_wake/enable
+runs() { grep -c 'mm_vmscan_kswapd_wake:' $TR/trace; }
 echo "RUNS pre-stop $(runs)"
 kill -TERM $TIERD
 wait $TIERD
@@ -2637,23 +2645,29 @@ awk '/^Node 0,/ {n = 1} /^Node [1-9]/ {n = 0} n && ($1 == "pages" || $1 == "min"
         given_up("REVIVED"),
         "tierd did not say it revived node 0:\n{o}"
     );
-    // Read after tierd stopped, node 0 is reclaimable, or kswapd ran at
-    // least 16 times since (the kernel never wakes kswapd for a node it
-    // gave up, so those runs mean tierd's revival took). With demotion
-    // off again (the guest's original setting) the kernel can give the
-    // node up again by itself in those runs: anonymous memory has nowhere
-    // to go (2 runs in 6, docs/NOTES.md "Session 65").
+    // Read after tierd stopped, node 0 is reclaimable, or its kswapd ran
+    // at least 16 times since (the kernel never wakes kswapd for a node it
+    // gave up, so those runs mean tierd's revival took). With
+    // demotion off again (the guest's original setting) the kernel can
+    // give the node up again by itself in those runs: anonymous memory has
+    // nowhere to go (2 runs in 6, docs/NOTES.md "Session 65").
     let runs = |tag: &str| -> u64 {
         field(o, &format!("RUNS {tag}"))
             .parse()
-            .unwrap_or_else(|_| panic!("no RUNS {tag} line:\n{o}"))
+            .unwrap_or_else(|_| {
+                panic!("RUNS {tag}: no count of node 0's kswapd runs (tracefs):\n{o}")
+            })
     };
     for tag in ["stopped", "end"] {
         let woken = runs(tag) - runs("pre-stop");
+        eprintln!(
+            "at {tag}: node 0 unreclaimable {}, its kswapd ran {woken} times since the stop",
+            flag(tag)
+        );
         assert!(
             flag(tag) == "0" || woken >= 16,
-            "node 0 unreclaimable when read at {tag} and kswapd ran only {woken} times since \
-             tierd was told to stop: tierd left the node given up\n{o}"
+            "node 0 unreclaimable when read at {tag} and its kswapd ran only {woken} times \
+             since tierd was told to stop: tierd left the node given up\n{o}"
         );
     }
 }
