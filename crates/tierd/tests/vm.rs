@@ -899,16 +899,8 @@ churn_soak 60 25
         end_rss * 2 <= min_kib,
         "tierd's RSS after the soak ({end_rss} KiB) is over half the unit's MemoryMin= ({min_kib} KiB)"
     );
-    let hwm: i64 = g
-        .output
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("END "))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("hwm_kib="))
-        })
-        .and_then(|v| v.parse().ok())
+    let hwm = r
+        .peak_rss_kib
         .unwrap_or_else(|| panic!("no hwm_kib= on the END line\n{}", g.output));
     assert!(
         hwm <= min_kib,

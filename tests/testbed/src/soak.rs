@@ -14,6 +14,8 @@ pub struct SoakReport {
     /// (seconds into the soak, RSS KiB, open fds, churned-cgroup series):
     /// the warm-up baseline first (t = 0), the end last.
     pub samples: Vec<(i64, i64, i64, i64)>,
+    /// tierd's peak RSS (VmHWM) at the end, KiB, when the END line has it.
+    pub peak_rss_kib: Option<i64>,
     /// `tierd_loop_errors_total` at the end (errors counted, not fatal).
     pub loop_errors: f64,
     pub problems: Vec<String>,
@@ -28,13 +30,13 @@ pub const FD_GROWTH: i64 = 2;
 pub fn check(output: &str, min_churned: i64) -> SoakReport {
     let mut r = SoakReport::default();
     let line = |p: &str| output.lines().rev().find_map(|l| l.strip_prefix(p));
+    let key = |l: &str, k: &str| -> Option<i64> {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .and_then(|v| v.parse().ok())
+    };
     let fields = |l: &str| -> Option<(i64, i64, i64)> {
-        let f = |k: &str| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .and_then(|v| v.parse().ok())
-        };
-        Some((f("rss_kib")?, f("fds")?, f("series")?))
+        Some((key(l, "rss_kib")?, key(l, "fds")?, key(l, "series")?))
     };
     let (Some(base), Some(end)) = (
         line("BASE ").and_then(fields),
@@ -44,6 +46,7 @@ pub fn check(output: &str, min_churned: i64) -> SoakReport {
             .push("no BASE or END line: the soak did not finish".into());
         return r;
     };
+    r.peak_rss_kib = line("END ").and_then(|l| key(l, "hwm_kib"));
     r.samples.push((0, base.0, base.1, base.2));
     for l in output.lines().filter_map(|l| l.strip_prefix("SOAK t=")) {
         let t = l.split_whitespace().next().and_then(|t| t.parse().ok());
@@ -110,8 +113,10 @@ pub fn table(r: &SoakReport) -> String {
         t += &format!("| {s} | {rss} | {fds} | {series} |\n");
     }
     t += &format!(
-        "\n{} containers churned; loop errors counted: {}; {}\n",
+        "\n{} containers churned; peak RSS {} KiB; loop errors counted: {}; {}\n",
         r.churned,
+        r.peak_rss_kib
+            .map_or("unknown".to_string(), |k| k.to_string()),
         r.loop_errors,
         if r.problems.is_empty() {
             "passed".to_string()
@@ -130,7 +135,7 @@ mod tests {
 BASE rss_kib=6800 fds=21 series=13
 SOAK t=60 rss_kib=6900 fds=21 series=13
 CHURNED 1040
-END rss_kib=7000 fds=22 series=0
+END rss_kib=7000 hwm_kib=9000 fds=22 series=0
 ALIVE
 LOOP_ERRORS 0
 EXIT 0
@@ -142,6 +147,7 @@ KDAMONDS 0
         let r = check(OK, 20);
         assert!(r.problems.is_empty(), "{:?}", r.problems);
         assert_eq!(r.churned, 40);
+        assert_eq!(r.peak_rss_kib, Some(9000));
         assert_eq!(
             r.samples,
             vec![(0, 6800, 21, 13), (60, 6900, 21, 13), (61, 7000, 22, 0)]
@@ -153,7 +159,7 @@ KDAMONDS 0
     fn each_breach_is_named() {
         let bad = OK
             .replace(
-                "END rss_kib=7000 fds=22 series=0",
+                "END rss_kib=7000 hwm_kib=9000 fds=22 series=0",
                 "END rss_kib=16000 fds=30 series=2",
             )
             .replace("ALIVE\n", "")
