@@ -678,11 +678,13 @@ pub struct LimitsConfig {
 /// period at 2 s, against the default, on a faster machine").
 pub const PROMOTE_SCAN_PERIOD: Duration = Duration::ZERO;
 
-/// Default of `limits.promote_hot_threshold`: 2 s, twice the kernel's own
-/// default. In cold-hog it halved tierd's own moves and CPU for the same
-/// newcomer share (docs/NOTES.md "Session 61: the hot-page threshold while
-/// a share fills").
-pub const PROMOTE_HOT_THRESHOLD: Duration = Duration::from_secs(2);
+/// Default of `limits.promote_hot_threshold`: 0, the kernel's own threshold
+/// left alone. 2 s (the default until session 67) had the kernel promote
+/// more pages in the faulting tasks while a share filled and cost the
+/// tenants throughput: in the demo at 0, identical-cache went from three
+/// rows behind kernel tiering to none (docs/NOTES.md "Session 67: the
+/// kernel's hot threshold left alone").
+pub const PROMOTE_HOT_THRESHOLD: Duration = Duration::ZERO;
 
 impl Default for LimitsConfig {
     fn default() -> Self {

@@ -1586,7 +1586,8 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// scan period goes the other way: with `limits.promote_scan_period = "2s"`
 /// (off by default) it is held at 2 s while the newcomer is under its
 /// target, the kernel's own (60 s) while steady and after exit; so does
-/// the hot-page threshold (`limits.promote_hot_threshold`, 2 s).
+/// the hot-page threshold (`limits.promote_hot_threshold = "2s"`, off by
+/// default).
 #[test]
 fn kernel_promotion_is_limited_only_in_a_steady_state() {
     let g = boot(
@@ -1617,7 +1618,7 @@ echo +cpuset > $CG/tenants.slice/cgroup.subtree_control
 mkcg tenants.slice/a
 start_in tenants.slice/a tierload hotset --size-mib 96 --hot-mib 24 --report-s 60 > /dev/null
 wait_usage tenants.slice/a 90 60 || exit 1
-printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\npromote_scan_period = "2s"\n[[policy]]\nname = "capped"\nmatch = "tenants.slice/c"\nlocal_high = "16MiB"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
+printf '[daemon]\ninterval = "1s"\n[limits]\nsteady_after = "3s"\npromote_scan_period = "2s"\npromote_hot_threshold = "2s"\n[[policy]]\nname = "capped"\nmatch = "tenants.slice/c"\nlocal_high = "16MiB"\n[[policy]]\nmatch = "tenants.slice/*"\n' > /tmp/t.toml
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 TIERD=$!
 wait_http 30 || exit 1
@@ -1687,8 +1688,8 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -8
     assert_eq!(sp("PACED"), 2000, "b under its target");
     assert_eq!(sp("STEADY_AGAIN"), 60000);
     assert_eq!(sp("AFTER_STOP"), 60000, "SIGTERM restores it");
-    // The hot-page threshold: raised (limits.promote_hot_threshold, 2 s by
-    // default) while b is under its target, the kernel's own otherwise; the
+    // The hot-page threshold: raised (limits.promote_hot_threshold, 2 s
+    // here, off by default) while b is under its target, the kernel's own otherwise; the
     // reset of its per-node copy leaves the tiering mode as it was.
     assert_eq!(ht("START"), 1000, "the kernel's default");
     assert_eq!(ht("STEADY"), 1000);
