@@ -1689,8 +1689,9 @@ grep -E 'kernel promotion|steady' /tmp/tierd.log | tail -8
     assert_eq!(sp("STEADY_AGAIN"), 60000);
     assert_eq!(sp("AFTER_STOP"), 60000, "SIGTERM restores it");
     // The hot-page threshold: raised (limits.promote_hot_threshold, 2 s
-    // here, off by default) while b is under its target, the kernel's own otherwise; the
-    // reset of its per-node copy leaves the tiering mode as it was.
+    // here, off by default) while b is under its target, the kernel's own
+    // otherwise; the reset of its per-node copy leaves the tiering mode as
+    // it was.
     assert_eq!(ht("START"), 1000, "the kernel's default");
     assert_eq!(ht("STEADY"), 1000);
     assert_eq!(ht("HELD"), 2000, "b under its target");
