@@ -688,11 +688,13 @@ fn tiering_cpu_with_tasks_pct(host: &[Value]) -> Option<f64> {
     )
 }
 
-/// Which way a verdict metric is better.
+/// Which way a verdict metric is better; `Neither` for a row shown to
+/// read the others by (a tenant's CPU), never compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Better {
     Higher,
     Lower,
+    Neither,
 }
 
 /// One row of the verdict: a metric's value per mode (None: not measured).
@@ -716,6 +718,19 @@ fn mean_from(mine: &[&Value], key: &str, from_s: f64) -> Option<f64> {
         .filter_map(|v| f(v, key))
         .collect();
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// How fast cumulative seconds `key` grew over a container's samples from
+/// `from_s` on, % of wall time (CPU time: % of one core). `None` with fewer
+/// than two such samples or without the key.
+fn rate_pct(mine: &[&Value], key: &str, from_s: f64) -> Option<f64> {
+    let w: Vec<&&Value> = mine
+        .iter()
+        .filter(|v| f(v, "t_s").unwrap_or(0.0) >= from_s)
+        .collect();
+    let (a, b) = (w.first()?, w.last()?);
+    let dt = f(b, "t_s")? - f(a, "t_s")?;
+    (dt > 0.0).then_some(100.0 * (f(b, key)? - f(a, key)?) / dt)
 }
 
 /// The verdict rows of one scenario (issue 11 "Default = best"): per
@@ -795,6 +810,47 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
                 .map(|v| v.map(|x| x / 1e6))
                 .collect(),
         );
+        // The CPU the tenant got and waited for over the throughput row's
+        // window: under emulation its throughput follows its CPU.
+        let second_half = c.start_s as f64 + 0.5 * (end - c.start_s as f64);
+        let cpu: Vec<Option<f64>> = modes
+            .iter()
+            .map(|m| rate_pct(&per(m, &c.name), "cpu_s", second_half))
+            .collect();
+        if cpu.iter().any(Option::is_some) {
+            let thr = vals("accesses_per_s", false);
+            let wait = modes
+                .iter()
+                .map(|m| rate_pct(&per(m, &c.name), "cpu_wait_s", second_half))
+                .collect();
+            row(
+                format!("{}: CPU it got (% of one core)", c.name),
+                Better::Neither,
+                0.0,
+                1,
+                cpu.clone(),
+            );
+            row(
+                format!("{}: waiting for a CPU (% of the time)", c.name),
+                Better::Neither,
+                0.0,
+                1,
+                wait,
+            );
+            row(
+                format!("{}: M accesses per CPU-second", c.name),
+                Better::Neither,
+                0.0,
+                3,
+                thr.iter()
+                    .zip(&cpu)
+                    .map(|(t, c)| match (t, c) {
+                        (Some(t), Some(c)) if *c > 0.0 => Some(t / 1e6 / (c / 100.0)),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+        }
         if c.start_s > 0 {
             let t95 = modes
                 .iter()
@@ -991,6 +1047,7 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
             let noise = half_range(&values[k]);
             for &i in &tierd_modes {
                 let cmp = match (medians[k], medians[i]) {
+                    _ if r.better == Better::Neither => "–",
                     (Some(kv), Some(tv)) => {
                         // Relative tolerance, and never finer than one
                         // unit of the displayed precision (0 vs 1 page/s).
@@ -999,7 +1056,7 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
                             .max(noise);
                         let ahead = match r.better {
                             Better::Higher => tv - kv,
-                            Better::Lower => kv - tv,
+                            Better::Lower | Better::Neither => kv - tv,
                         };
                         // Decided by the runs that measured both modes.
                         let policy = || {
@@ -1597,6 +1654,53 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         );
         assert!(verdict_header(&modes)
             .starts_with("| scenario | metric | kernel | tierd | tierd vs kernel |"));
+        assert!(
+            !rows.contains("CPU it got"),
+            "no cpu_s, no CPU rows: {rows}"
+        );
+    }
+
+    #[test]
+    fn a_tenants_cpu_is_shown_over_the_throughput_window_and_never_compared() {
+        // 40 s, samples every 10 s; throughput rows read from 20 s on. The
+        // tenant gets 80% of a core under kernel tiering and waits 10% of
+        // the time, 50% and 40% under tierd, at the same throughput: the
+        // same work costs it less CPU under kernel tiering, which counts
+        // for no verdict.
+        let mut out = String::new();
+        for (mode, cpu, wait) in [("kernel", 0.8, 0.1), ("tierd", 0.5, 0.4)] {
+            for t in [0, 10, 20, 30, 40] {
+                // Before the window the tenant got a whole core: not counted.
+                let (c, w) = if t <= 20 {
+                    (t as f64, 0.0)
+                } else {
+                    (20.0 + cpu * (t - 20) as f64, wait * (t - 20) as f64)
+                };
+                out += &format!(
+                    "SAMPLE {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"container\":\"x\",\"hit_ratio\":0.9,\"accesses_per_s\":2000000,\"local_ratio\":0.5,\"cpu_s\":{c},\"cpu_wait_s\":{w}}}\n"
+                );
+            }
+        }
+        let s = parse_output(&out);
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        let (rows, behind) = verdict(&scenario_v(), &[&s["v"]], &modes);
+        let line = |m: &str| rows.lines().find(|l| l.contains(m)).unwrap().to_string();
+        assert!(
+            line("x: CPU it got").ends_with("| 80.0 | 50.0 | – |"),
+            "{rows}"
+        );
+        assert!(
+            line("x: waiting for a CPU").ends_with("| 10.0 | 40.0 | – |"),
+            "{rows}"
+        );
+        assert!(
+            line("x: M accesses per CPU-second").ends_with("| 2.500 | 4.000 | – |"),
+            "{rows}"
+        );
+        assert!(
+            behind.iter().all(|b| !b.contains("CPU it got")),
+            "{behind:?}"
+        );
     }
 
     /// Output of one run of scenario "v" (container "x"): per mode its hit

@@ -66,7 +66,7 @@ cap() {
     done
 }
 for f in memory.numa_stat memory.stat memory.current memory.low memory.high memory.max \
-         memory.min memory.pressure memory.events cpuset.mems cpuset.mems.effective \
+         memory.min memory.pressure memory.events cpu.stat cpu.pressure cpuset.mems cpuset.mems.effective \
          cgroup.procs cgroup.controllers cgroup.subtree_control cgroup.type; do
     cap $APP/$f
 done

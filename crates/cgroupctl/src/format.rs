@@ -240,19 +240,57 @@ impl MemoryStat {
         numa_pte_updates, "numa_pte_updates");
 }
 
-pub(crate) fn parse_memory_stat(text: &str) -> Result<MemoryStat, Bad> {
-    let mut out = MemoryStat::default();
+/// A flat keyed file (cgroup-v2.rst "Format": `KEY VALUE` per line), every
+/// value a u64.
+fn parse_flat_keyed(text: &str) -> Result<BTreeMap<String, u64>, Bad> {
+    let mut out = BTreeMap::new();
     for (n, l) in nonempty_lines(text)? {
         let toks: Vec<&str> = l.split_whitespace().collect();
         let [key, value] = toks[..] else {
             return Err(bad(n, format!("expected `key value`, found {l:?}")));
         };
         let v = parse_u64(n, key, value)?;
-        if out.stats.insert(key.to_owned(), v).is_some() {
+        if out.insert(key.to_owned(), v).is_some() {
             return Err(bad(n, format!("key {key} appears twice")));
         }
     }
     Ok(out)
+}
+
+pub(crate) fn parse_memory_stat(text: &str) -> Result<MemoryStat, Bad> {
+    parse_flat_keyed(text).map(|stats| MemoryStat { stats })
+}
+
+/// `cpu.stat`: the cgroup's CPU time, microseconds, cumulative
+/// (cgroup-v2.rst "CPU Interface Files"). `usage_usec`, `user_usec` and
+/// `system_usec` are there whether or not the cpu controller is enabled;
+/// the throttling keys only where it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuStat {
+    pub stats: BTreeMap<String, u64>,
+}
+
+impl CpuStat {
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.stats.get(key).copied()
+    }
+    accessor!(
+        /// `usage_usec`, µs: CPU time of the cgroup's tasks, user + system.
+        usage_usec, "usage_usec");
+    accessor!(
+        /// `user_usec`, µs: user CPU time.
+        user_usec, "user_usec");
+    accessor!(
+        /// `system_usec`, µs: system CPU time.
+        system_usec, "system_usec");
+}
+
+pub(crate) fn parse_cpu_stat(text: &str) -> Result<CpuStat, Bad> {
+    let stats = parse_flat_keyed(text)?;
+    if !stats.contains_key("usage_usec") {
+        return Err(bad(1, "no usage_usec line"));
+    }
+    Ok(CpuStat { stats })
 }
 
 /// One line of a PSI file (Documentation/accounting/psi.rst): share of wall

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-pub use format::{Limit, MemoryStat, NumaStat, Psi, PsiLine};
+pub use format::{CpuStat, Limit, MemoryStat, NumaStat, Psi, PsiLine};
 pub use lru_gen::LruGen;
 pub use nodeset::{NodeSet, NodeSetParseError, MAX_ID as MAX_NODESET_ID};
 
@@ -405,6 +405,19 @@ impl CgroupFs {
     /// `memory.pressure`: PSI for memory (Documentation/accounting/psi.rst).
     pub fn memory_pressure(&self, rel: &str) -> Result<Psi> {
         self.parse(rel, "memory.pressure", format::parse_psi)
+    }
+
+    /// `cpu.stat`: CPU time of the cgroup's tasks (and its descendants'),
+    /// µs, cumulative.
+    pub fn cpu_stat(&self, rel: &str) -> Result<CpuStat> {
+        self.parse(rel, "cpu.stat", format::parse_cpu_stat)
+    }
+
+    /// `cpu.pressure`: PSI for CPU (Documentation/accounting/psi.rst);
+    /// `some` total is the time, µs, at least one of the cgroup's tasks was
+    /// runnable and waiting for a CPU.
+    pub fn cpu_pressure(&self, rel: &str) -> Result<Psi> {
+        self.parse(rel, "cpu.pressure", format::parse_psi)
     }
 
     /// `cpuset.mems`: the nodes configured for the cgroup; empty means "all of

@@ -450,6 +450,43 @@ test_failure!(
     "unsigned integer"
 );
 
+// ---- cpu.stat and cpu.pressure ---------------------------------------------
+
+#[test]
+fn cpu_stat_without_the_cpu_controller() {
+    // The three keys every cgroup has (cgroup-v2.rst "cpu.stat").
+    let t = Tree::new();
+    t.file(
+        "app/cpu.stat",
+        b"usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
+    );
+    let s = t.fs.cpu_stat("app").unwrap();
+    assert_eq!(
+        (s.usage_usec(), s.user_usec(), s.system_usec()),
+        (2_500_000, 2_000_000, 500_000)
+    );
+    assert_eq!(s.get("nr_throttled"), None);
+}
+test_failure!(
+    cpu_stat_without_usage,
+    cpu_stat,
+    "cpu.stat",
+    b"user_usec 1\nsystem_usec 2\n",
+    1,
+    "no usage_usec"
+);
+test_failure!(
+    cpu_stat_bad_value,
+    cpu_stat,
+    "cpu.stat",
+    b"usage_usec -1\n",
+    1,
+    "unsigned integer"
+);
+test_success!(cpu_pressure_some_full, cpu_pressure, "cpu.pressure",
+    b"some avg10=12.50 avg60=3.00 avg300=0.75 total=987654\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=11\n",
+    Psi { some: psi_line(12.5, 3.0, 0.75, 987654), full: Some(psi_line(0.0, 0.0, 0.0, 11)) });
+
 // ---- memory.pressure -------------------------------------------------------
 
 test_success!(pressure_some_full, memory_pressure, "memory.pressure",

@@ -100,6 +100,18 @@ fn every_cgroup_file_parses(kernel: &str) {
             assert!(psi.full.is_some(), "{p}: memory PSI has a full line");
             seen.add("memory.pressure");
         }
+        if has("cpu.stat") {
+            let c = fs.cpu_stat(p).unwrap();
+            assert!(
+                c.usage_usec() >= c.user_usec() && c.usage_usec() >= c.system_usec(),
+                "{p}: {c:?}"
+            );
+            seen.add("cpu.stat");
+        }
+        if has("cpu.pressure") {
+            fs.cpu_pressure(p).unwrap();
+            seen.add("cpu.pressure");
+        }
         if has("cpuset.mems") {
             fs.cpuset_mems(p).unwrap();
             seen.add("cpuset.mems");
@@ -128,6 +140,8 @@ fn every_cgroup_file_parses(kernel: &str) {
         "memory.current",
         "memory.low",
         "memory.pressure",
+        "cpu.stat",
+        "cpu.pressure",
     ] {
         assert!(seen.0.contains_key(f), "no {f} in the capture: {seen:?}");
     }

@@ -308,6 +308,13 @@ struct Sample {
     /// events), cumulative.
     lower_hint_faults: u64,
     promotion_candidates: u64,
+    /// CPU time the container's tasks got so far (cpu.stat `usage_usec`),
+    /// and the time at least one of them was runnable but waiting for a
+    /// CPU (cpu.pressure `some` total), seconds, cumulative: a tenant's
+    /// throughput under emulation follows the CPU it gets. `None` when the
+    /// file cannot be read.
+    cpu_s: Option<f64>,
+    cpu_wait_s: Option<f64>,
 }
 
 struct Running {
@@ -1134,9 +1141,8 @@ fn run_mode(
                 let spec = &sc.containers[r.spec_index];
                 let p = placement(&spec.cgroup, &fast).unwrap_or_default();
                 let (f, l) = (p.fast, p.lower);
-                let stat = cgroupctl::CgroupFs::new(CGROUP_ROOT)
-                    .memory_stat(&spec.cgroup)
-                    .ok();
+                let cgfs = cgroupctl::CgroupFs::new(CGROUP_ROOT);
+                let stat = cgfs.memory_stat(&spec.cgroup).ok();
                 let hints = container_hint_counts(reading.as_ref(), &spec.cgroup, &fast);
                 let rep = r.report.lock().unwrap().clone();
                 let target = targets.get(&spec.cgroup).map(|t| t.0);
@@ -1173,6 +1179,14 @@ fn run_mode(
                         .map_or(0, |m| m.pgdemote_direct() + m.pgdemote_proactive()),
                     lower_hint_faults: hints.0,
                     promotion_candidates: hints.1,
+                    cpu_s: cgfs
+                        .cpu_stat(&spec.cgroup)
+                        .ok()
+                        .map(|c| c.usage_usec() as f64 / 1e6),
+                    cpu_wait_s: cgfs
+                        .cpu_pressure(&spec.cgroup)
+                        .ok()
+                        .map(|p| p.some.total_us as f64 / 1e6),
                 };
                 match target {
                     Some(tg) if tg > 0 => {
