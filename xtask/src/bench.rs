@@ -770,6 +770,8 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
             let last = mine.last().and_then(|v| f(v, "t_s")).unwrap_or(end);
             last - 0.25 * (last - c.start_s as f64)
         };
+        // The throughput rows' window: the second half of the container's run.
+        let second_half = c.start_s as f64 + 0.5 * (end - c.start_s as f64);
         let vals = |key: &str, quarter: bool| -> Vec<Option<f64>> {
             modes
                 .iter()
@@ -778,7 +780,7 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
                     let from = if quarter {
                         from_end(&mine)
                     } else {
-                        c.start_s as f64 + 0.5 * (end - c.start_s as f64)
+                        second_half
                     };
                     mean_from(&mine, key, from)
                 })
@@ -812,7 +814,6 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
         );
         // The CPU the tenant got and waited for over the throughput row's
         // window: under emulation its throughput follows its CPU.
-        let second_half = c.start_s as f64 + 0.5 * (end - c.start_s as f64);
         let cpu: Vec<Option<f64>> = modes
             .iter()
             .map(|m| rate_pct(&per(m, &c.name), "cpu_s", second_half))
@@ -1056,7 +1057,9 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
                             .max(noise);
                         let ahead = match r.better {
                             Better::Higher => tv - kv,
-                            Better::Lower | Better::Neither => kv - tv,
+                            Better::Lower => kv - tv,
+                            // Never compared: answered "–" above.
+                            Better::Neither => 0.0,
                         };
                         // Decided by the runs that measured both modes.
                         let policy = || {
