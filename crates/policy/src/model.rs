@@ -291,6 +291,13 @@ pub struct PolicyParams {
     /// allocation to the lower tier; in ms, 0: off. It demotes nothing by
     /// itself: targets and budgets do not change.
     pub arrival_window_ms: u64,
+    /// Arrival lookahead: while a container fills its share
+    /// ([`Plan::filling`]) and is under its target, it also claims room for
+    /// its next cycle's allocation: its usage's growth since the last cycle,
+    /// up to its target ([`Plan::need_bytes`]). Its allocation otherwise
+    /// eats the headroom within a cycle and spills to the lower tier, to be
+    /// promoted back page by page while the incumbents are demoted anyway.
+    pub arrival_lookahead: bool,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -344,6 +351,7 @@ impl Default for PolicyParams {
             hot_swap_window_ms: 60_000,
             arrival_assist: false,
             arrival_window_ms: 30_000,
+            arrival_lookahead: false,
         }
     }
 }
@@ -487,7 +495,10 @@ pub struct Plan {
     /// ([`PolicyParams::tierd_promotes`]), [`PolicyParams::need_window_ms`]
     /// of its promotion budget; a container trading inside its band
     /// ([`ContainerPlan::band_trade`]) claims its recallable bytes up to
-    /// its target. Demotion below `local_high` never exceeds
+    /// its target; with [`PolicyParams::arrival_lookahead`] a container
+    /// filling its share and under its target claims its usage's growth
+    /// since the last cycle, up to its target. Demotion below `local_high`
+    /// never exceeds
     /// it: a byte is demoted only when an under-target container or the
     /// headroom needs the room, and free room is not made twice. With the
     /// kernel's promotion the headroom is the room promotions use (and

@@ -207,6 +207,14 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let first = state.members.is_empty();
     let changed = state.members.observe(now_ms, &ids);
     let usage: Vec<(ContainerId, u64)> = cs.iter().map(|c| (c.id, usage_bytes(c))).collect();
+    // Each container's growth since the last cycle (all of it on a first
+    // cycle), read before `filling` records this cycle's usages.
+    let growth: Vec<u64> = usage
+        .iter()
+        .map(|&(id, now)| {
+            now.saturating_sub(state.members.usage_bytes.get(&id).copied().unwrap_or(0))
+        })
+        .collect();
     let filling = state.members.filling(
         now_ms,
         &usage,
@@ -344,8 +352,23 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         let claim = promoter_window_bytes
             .max(owed)
             .max(cs[i].recallable_bytes)
-            .max(assist);
-        acc.saturating_add(claim.min(w))
+            .max(assist)
+            .min(w);
+        // Arrival lookahead: a newcomer filling its share allocates about
+        // as much by the next cycle as since the last one; the room is made
+        // now, so that the allocation lands on the fast tier. Up to its
+        // target, beside what it claims for its lower-tier pages.
+        let lookahead = if params.arrival_lookahead && filling[i] {
+            growth[i].min(
+                plans[i]
+                    .target_bytes
+                    .saturating_sub(cs[i].fast_bytes)
+                    .saturating_sub(claim),
+            )
+        } else {
+            0
+        };
+        acc.saturating_add(claim).saturating_add(lookahead)
     });
     // Room needed = headroom + claims − free, where free = capacity −
     // unmanaged − managed: free room already there is not made again (it

@@ -35,6 +35,7 @@ fn params() -> PolicyParams {
         hot_swap_window_ms: 0,
         arrival_assist: false,
         arrival_window_ms: 0,
+        arrival_lookahead: false,
     }
 }
 
@@ -667,6 +668,44 @@ fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
     let plan = solve(&s, &p, &mut st);
     assert!(plan.filling.is_empty());
     assert_eq!(low(&plan, 1), 700 * MIB, "at its target, the ordinary rule");
+}
+
+/// Arrival lookahead: a newcomer filling its share and under its target
+/// claims room for as much as it grew since the last cycle, up to its
+/// target; the hog gives it on top of the headroom. Off: nothing more.
+#[test]
+fn a_filling_newcomer_claims_its_growth_with_the_arrival_lookahead() {
+    let run_with = |lookahead| {
+        let p = PolicyParams {
+            demand: DemandSource::Usage,
+            band_min_bytes: 16 * MIB,
+            arrival_window_ms: 30_000,
+            arrival_lookahead: lookahead,
+            ..params()
+        };
+        let mut st = PolicyState::default();
+        let mut s = snap(800 * MIB, vec![c(1, 780 * MIB, 0)]);
+        s.elapsed_ms = 2_000;
+        solve(&s, &p, &mut st);
+        s.containers.push(c(2, 0, 0));
+        solve(&s, &p, &mut st);
+        // 100 MiB since the last cycle, 60 of it spilled to the lower
+        // tier; the fast tier full.
+        s.containers[0] = c(1, 760 * MIB, 20 * MIB);
+        s.containers[1] = c(2, 40 * MIB, 60 * MIB);
+        solve(&s, &p, &mut st)
+    };
+    let (on, off) = (run_with(true), run_with(false));
+    assert_eq!(on.filling, [2]);
+    assert_eq!(on.get(2).unwrap().state, PlacementState::UnderTarget);
+    assert_eq!(target(&on, 2), 100 * MIB);
+    assert_eq!(target(&on, 1), target(&off, 1));
+    // Its target is 60 MiB above what it holds: all of its growth fits.
+    assert_eq!(target(&on, 1), 700 * MIB);
+    assert_eq!((off.need_bytes, on.need_bytes), (0, 60 * MIB));
+    assert_eq!(off.get(1).unwrap().demote_bytes, 0);
+    assert_eq!(on.get(1).unwrap().demote_bytes, 60 * MIB);
+    assert_eq!(on.get(2).unwrap().demote_bytes, 0);
 }
 
 #[test]

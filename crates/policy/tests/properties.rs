@@ -106,6 +106,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
             prop_oneof![Just(0u64), Just(60_000u64)],
             any::<bool>(),
             prop_oneof![Just(0u64), Just(30_000u64)],
+            any::<bool>(),
         ),
     )
         .prop_map(
@@ -121,7 +122,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
-                (hot_swap_window_ms, arrival_assist, arrival_window_ms),
+                (hot_swap_window_ms, arrival_assist, arrival_window_ms, arrival_lookahead),
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -144,6 +145,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 hot_swap_window_ms,
                 arrival_assist,
                 arrival_window_ms,
+                arrival_lookahead,
             },
         )
 }
@@ -530,6 +532,25 @@ proptest! {
     }
 }
 
+/// `s` as an arrival's cycle (some time elapsed since the last) and how
+/// many of its containers were there before its last `arrivals`.
+fn arriving(mut s: Snapshot, arrivals: usize) -> (Snapshot, usize) {
+    s.elapsed_ms = s.elapsed_ms.max(1);
+    let n = s.containers.len().saturating_sub(arrivals);
+    (s, n)
+}
+
+/// The plan of the cycle in which the containers of `s` after its first
+/// `n` arrive: the first `n` (the incumbents) solved alone first, from a
+/// fresh state, then all of `s`, under `p`.
+fn after_arrivals(s: &Snapshot, n: usize, p: &PolicyParams) -> Plan {
+    let mut before = s.clone();
+    before.containers.truncate(n);
+    let mut st = PolicyState::default();
+    solve(&before, p, &mut st);
+    solve(s, p, &mut st)
+}
+
 proptest! {
     /// The arrival window changes protection only, and only downwards:
     /// with the incumbents of `s` (all but its last `arrivals` containers)
@@ -544,16 +565,10 @@ proptest! {
         p in params(),
         arrivals in 1..4usize,
     ) {
-        let mut s = s;
-        s.elapsed_ms = s.elapsed_ms.max(1);
-        let n = s.containers.len().saturating_sub(arrivals);
-        let mut before = s.clone();
-        before.containers.truncate(n);
+        let (s, n) = arriving(s, arrivals);
         let solve_with = |window_ms| {
-            let p = PolicyParams { arrival_window_ms: window_ms, ..p.clone() };
-            let mut st = PolicyState::default();
-            solve(&before, &p, &mut st);
-            solve(&s, &p, &mut st)
+            let p = PolicyParams { arrival_window_ms: window_ms, arrival_lookahead: false, ..p.clone() };
+            after_arrivals(&s, n, &p)
         };
         let (on, off) = (solve_with(30_000), solve_with(0));
         prop_assert!(off.filling.is_empty());
@@ -579,5 +594,46 @@ proptest! {
         for c in &s.containers[n..] {
             prop_assert!(n == 0 || on.filling.contains(&c.id));
         }
+    }
+
+    /// Arrival lookahead: whatever the snapshot and params, with the
+    /// incumbents solved first and the newcomers then arriving, the plan
+    /// with the lookahead has the targets, states and protections of the
+    /// plan without it, needs no less room, and needs more only by what
+    /// the filling under-target newcomers lack of their targets; no less
+    /// is demoted in all.
+    #[test]
+    fn the_arrival_lookahead_claims_only_a_fillers_room_up_to_its_target(
+        s in snapshot(),
+        p in params(),
+        arrivals in 1..4usize,
+    ) {
+        let (s, n) = arriving(s, arrivals);
+        let solve_with = |lookahead| {
+            let p = PolicyParams {
+                arrival_window_ms: 30_000,
+                arrival_lookahead: lookahead,
+                hot_swap: false,
+                ..p.clone()
+            };
+            after_arrivals(&s, n, &p)
+        };
+        let (on, off) = (solve_with(true), solve_with(false));
+        prop_assert_eq!(&on.filling, &off.filling);
+        let mut room = 0u128;
+        for (a, b) in on.containers.iter().zip(&off.containers) {
+            prop_assert_eq!(a.target_bytes, b.target_bytes);
+            prop_assert_eq!(a.state, b.state);
+            prop_assert_eq!(a.memory_low_bytes, b.memory_low_bytes);
+            if on.filling.contains(&a.id) && a.state == PlacementState::UnderTarget {
+                let c = s.containers.iter().find(|c| c.id == a.id).unwrap();
+                room += u128::from(a.target_bytes.saturating_sub(c.fast_bytes));
+            }
+        }
+        prop_assert!(on.need_bytes >= off.need_bytes);
+        prop_assert!(u128::from(on.need_bytes - off.need_bytes) <= room);
+        // (Per container the split of the need can round either way.)
+        let total = |pl: &Plan| pl.containers.iter().map(|c| u128::from(c.demote_bytes)).sum::<u128>();
+        prop_assert!(total(&on) >= total(&off));
     }
 }

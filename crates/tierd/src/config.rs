@@ -670,6 +670,13 @@ pub struct LimitsConfig {
     /// "Session 63".
     #[serde(deserialize_with = "de_duration")]
     pub arrival_window: Duration,
+    /// Arrival lookahead (`policy::PolicyParams::arrival_lookahead`):
+    /// while a newcomer fills its share under its target, tierd also makes
+    /// room for its next cycle's allocation (its growth since the last
+    /// cycle, up to its target), so the allocation lands on the fast tier
+    /// instead of spilling to the lower tier to be promoted back. Off by
+    /// default (docs/NOTES.md "Session 69").
+    pub arrival_lookahead: bool,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -711,6 +718,7 @@ impl Default for LimitsConfig {
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
+            arrival_lookahead: p.arrival_lookahead,
         }
     }
 }
@@ -1495,6 +1503,7 @@ impl Config {
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
             arrival_assist: l.arrival_assist,
             arrival_window_ms: l.arrival_window.as_millis() as u64,
+            arrival_lookahead: l.arrival_lookahead,
         }
     }
 }

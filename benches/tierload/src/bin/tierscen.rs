@@ -98,6 +98,9 @@ enum Mode {
     /// `tierd` with `limits.steady_hot_below = "0"`: the kernel's promotion
     /// held at `steady_promote_rate` in a steady state, never closed.
     TierdLimited,
+    /// `tierd` with `limits.arrival_lookahead = true`: room made for a
+    /// filling newcomer's next allocation.
+    TierdLookahead,
 }
 
 impl Mode {
@@ -118,6 +121,7 @@ impl Mode {
             Mode::TierdArrival => "tierd-arrival",
             Mode::TierdOpen => "tierd-open",
             Mode::TierdLimited => "tierd-limited",
+            Mode::TierdLookahead => "tierd-lookahead",
         }
     }
 
@@ -150,6 +154,7 @@ impl Mode {
             Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
             Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
+            Mode::TierdLookahead => &[("limits", "arrival_lookahead", toml::Value::from(true))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -968,7 +973,8 @@ fn run_mode(
         | Mode::TierdSwap
         | Mode::TierdArrival
         | Mode::TierdOpen
-        | Mode::TierdLimited => {
+        | Mode::TierdLimited
+        | Mode::TierdLookahead => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
