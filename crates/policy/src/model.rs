@@ -297,6 +297,7 @@ pub struct PolicyParams {
     /// up to its target ([`Plan::need_bytes`]). Its allocation otherwise
     /// eats the headroom within a cycle and spills to the lower tier, to be
     /// promoted back page by page while the incumbents are demoted anyway.
+    /// On by default.
     pub arrival_lookahead: bool,
 }
 
@@ -351,7 +352,7 @@ impl Default for PolicyParams {
             hot_swap_window_ms: 60_000,
             arrival_assist: false,
             arrival_window_ms: 30_000,
-            arrival_lookahead: false,
+            arrival_lookahead: true,
         }
     }
 }

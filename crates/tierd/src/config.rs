@@ -674,8 +674,8 @@ pub struct LimitsConfig {
     /// while a newcomer fills its share under its target, tierd also makes
     /// room for its next cycle's allocation (its growth since the last
     /// cycle, up to its target), so the allocation lands on the fast tier
-    /// instead of spilling to the lower tier to be promoted back. Off by
-    /// default (docs/NOTES.md "Session 69").
+    /// instead of spilling to the lower tier to be promoted back. On by
+    /// default (docs/NOTES.md "Session 69", "Session 70").
     pub arrival_lookahead: bool,
 }
 

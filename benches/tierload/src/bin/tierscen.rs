@@ -98,9 +98,10 @@ enum Mode {
     /// `tierd` with `limits.steady_hot_below = "0"`: the kernel's promotion
     /// held at `steady_promote_rate` in a steady state, never closed.
     TierdLimited,
-    /// `tierd` with `limits.arrival_lookahead = true`: room made for a
-    /// filling newcomer's next allocation.
-    TierdLookahead,
+    /// `tierd` with `limits.arrival_lookahead = false`: no room made ahead
+    /// for a filling newcomer's next allocation (the default before
+    /// session 70).
+    TierdNoLookahead,
 }
 
 impl Mode {
@@ -121,7 +122,7 @@ impl Mode {
             Mode::TierdArrival => "tierd-arrival",
             Mode::TierdOpen => "tierd-open",
             Mode::TierdLimited => "tierd-limited",
-            Mode::TierdLookahead => "tierd-lookahead",
+            Mode::TierdNoLookahead => "tierd-no-lookahead",
         }
     }
 
@@ -154,7 +155,7 @@ impl Mode {
             Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
             Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
-            Mode::TierdLookahead => &[("limits", "arrival_lookahead", toml::Value::from(true))],
+            Mode::TierdNoLookahead => &[("limits", "arrival_lookahead", toml::Value::from(false))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -974,7 +975,7 @@ fn run_mode(
         | Mode::TierdArrival
         | Mode::TierdOpen
         | Mode::TierdLimited
-        | Mode::TierdLookahead => {
+        | Mode::TierdNoLookahead => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
