@@ -642,12 +642,25 @@ fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
 /// of the keys.
 fn cpu_pct(host: &[Value], keys: &[&str]) -> Option<f64> {
     let (first, last) = (host.first()?, host.last()?);
+    Some(100.0 * cpu_s(host, keys)? / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3))
+}
+
+/// CPU seconds a mode's run spent under `keys` (see [`cpu_pct`]).
+fn cpu_s(host: &[Value], keys: &[&str]) -> Option<f64> {
+    let (first, last) = (host.first()?, host.last()?);
     let mut s = 0.0;
     for &k in keys {
         s += f(last, k)? - f(first, k)?;
     }
-    Some(100.0 * s / (f(last, "t_s")? - f(first, "t_s")?).max(1e-3))
+    Some(s)
 }
+
+/// The CPU of tiering, wherever it runs ([`tiering_cpu_pct`]).
+const TIERING_CPU: [&str; 3] = [
+    "tierd_cpu_s",
+    "kernel_tiering_cpu_s",
+    "kernel_promotion_cpu_s",
+];
 
 /// CPU spent on tiering over a mode's run, % of one core: tierd's own, the
 /// kernel's tiering threads (kswapd, kdamond) and the kernel's promotions
@@ -656,14 +669,24 @@ fn cpu_pct(host: &[Value], keys: &[&str]) -> Option<f64> {
 /// migration counts wherever it runs: kswapd's demotions and tierd's
 /// `memory.reclaim`, the kernel's promotions and tierd's `move_pages`.
 fn tiering_cpu_pct(host: &[Value]) -> Option<f64> {
-    cpu_pct(
-        host,
-        &[
-            "tierd_cpu_s",
-            "kernel_tiering_cpu_s",
-            "kernel_promotion_cpu_s",
-        ],
-    )
+    cpu_pct(host, &TIERING_CPU)
+}
+
+/// Pages migrated over a mode's run (host `pgmigrate_success`: promotions,
+/// demotions and tierd's `move_pages`), thousands.
+fn pages_migrated_k(host: &[Value]) -> Option<f64> {
+    let (first, last) = (host.first()?, host.last()?);
+    Some((f(last, "pgmigrate_success")? - f(first, "pgmigrate_success")?) / 1e3)
+}
+
+/// The tiering CPU of [`tiering_cpu_pct`] per page migrated over a mode's
+/// run, µs: what a move costs wherever it runs, tierd's fixed cost per
+/// cycle included. `None` under 1,000 pages, where the fixed cost is all
+/// the row would show.
+fn tiering_cpu_per_page_us(host: &[Value]) -> Option<f64> {
+    let pages = pages_migrated_k(host)? * 1e3;
+    let s = cpu_s(host, &TIERING_CPU)?;
+    (pages >= 1e3).then(|| 1e6 * s / pages)
 }
 
 /// The kernel's promotions in the faulting tasks, % of one core (part of
@@ -739,7 +762,8 @@ fn rate_pct(mine: &[&Value], key: &str, from_s: f64) -> Option<f64> {
 /// half), time to 95% of its hot set on DRAM for late arrivals, MiB × s
 /// below `local_low`; host-wide the identical-tenant spread, DRAM used
 /// (mean and min from 20 s after the last arrival), pages migrated/s in the
-/// second half, and tierd's CPU.
+/// second half, tierd's CPU and the tiering CPU, and, never compared,
+/// the pages migrated in all and the tiering CPU per page.
 fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictRow> {
     let mut rows = Vec::new();
     let end = sc.duration_s as f64;
@@ -954,6 +978,22 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
         0.1,
         1,
         per_mode(&|m| tiering_cpu_pct(host(m))),
+    );
+    // What the tiering CPU buys: the pages moved (a better split can take
+    // more), and what each cost. Shown, never compared.
+    row(
+        "pages migrated in all (thousands)".into(),
+        Better::Neither,
+        0.0,
+        1,
+        per_mode(&|m| pages_migrated_k(host(m))),
+    );
+    row(
+        "tiering CPU per page migrated (µs)".into(),
+        Better::Neither,
+        0.0,
+        0,
+        per_mode(&|m| tiering_cpu_per_page_us(host(m))),
     );
     row(
         "tiering CPU with the workloads' kernel time (% of one core)".into(),
@@ -1649,6 +1689,16 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         );
         assert!(
             line("workloads' kernel time").ends_with("| 50.0 | 35.0 | ahead |"),
+            "{rows}"
+        );
+        // 400 and 2000 pages: the kernel's too few for a cost per page;
+        // tierd's 16% of a core over 40 s is 6.4 s, 3200 µs a page.
+        assert!(
+            line("pages migrated in all").ends_with("| 0.4 | 2.0 | – |"),
+            "{rows}"
+        );
+        assert!(
+            line("tiering CPU per page").ends_with("| – | 3200 | – |"),
             "{rows}"
         );
         assert_eq!(
