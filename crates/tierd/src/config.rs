@@ -664,9 +664,9 @@ pub struct LimitsConfig {
     /// they would keep once it has its share lose their `memory.low`, so
     /// kswapd, woken by its allocations, demotes them and the allocations
     /// stay on the fast tier instead of spilling to the lower tier, to be
-    /// promoted back page by page (`policy::Plan::filling`); and the cycle
-    /// runs every quarter interval, each demoting to the headroom what the
-    /// allocation took. Targets do not change. "0": off. docs/NOTES.md
+    /// promoted back page by page (`policy::Plan::filling`); and a cycle
+    /// starts every quarter interval (at once when the last took longer),
+    /// each demoting to the headroom what the allocation took. Targets do not change. "0": off. docs/NOTES.md
     /// "Session 63".
     #[serde(deserialize_with = "de_duration")]
     pub arrival_window: Duration,

@@ -52,7 +52,7 @@ use moves::ColdStall;
 const MIN_RECLAIM_BYTES: u64 = 1 << 20;
 
 mod pace;
-use pace::DemotionPace;
+use pace::{Allowance, DemotionPace};
 
 /// memory.stat counters are in pages of this size (PAGE_SIZE on x86-64).
 const PAGE_BYTES: u64 = 4096;

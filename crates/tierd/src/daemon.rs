@@ -397,6 +397,7 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
         }
         // A cycle does blocking cgroupfs I/O (memory.reclaim can take seconds),
         // so it runs off the async workers; the controller moves there and back.
+        let cycle_started = tokio::time::Instant::now();
         let (c, res) = tokio::task::spawn_blocking(move || {
             let res = if arrival {
                 controller.on_arrival()
@@ -412,11 +413,14 @@ pub async fn run(cfg: Config, signals: Signals) -> Result<()> {
         if arrival {
             next_arrival = tokio::time::Instant::now() + interval / 8;
         }
-        // While a newcomer fills its share, cycles every quarter interval:
-        // each demotes what its allocation took from the headroom, so the
-        // rest of it lands on the fast tier (policy::Plan::filling).
+        // While a newcomer fills its share, a cycle starts every quarter
+        // interval, or as soon as the last one ends when it took longer:
+        // each makes the room the allocation will take next, so the rest of
+        // it lands on the fast tier (policy::Plan::filling). A pause after
+        // a cycle that spent its quarter demoting would leave the fill
+        // outrunning the room (docs/NOTES.md "Session 72").
         if matches!(&res, Ok(Some(plan)) if !plan.filling.is_empty()) {
-            ticker.reset_after(interval / 4);
+            ticker.reset_at(cycle_started + interval / 4);
         }
         if let Some(w) = arrivals.as_mut() {
             w.sync(controller.arrival_dirs());

@@ -74,73 +74,56 @@ impl Controller {
         // What this cycle may demote in about one interval at the pace the
         // lower tier has taken pages so far (the rest waits for the
         // next cycle: the plan asks again).
-        let mut budget = self.demotion_pace.budget(self.cfg.daemon.interval);
+        let mut allowance = Allowance::new(&self.demotion_pace, self.cfg.daemon.interval);
         self.swap_room.clear();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
-            let want = p
+            let mut want = p
                 .demote_bytes
                 .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
-            let demote = want.min(budget);
-            if demote < MIN_RECLAIM_BYTES {
-                continue;
-            }
-            budget -= demote;
-            // A within-share swap's half goes first, cold pages only; where
-            // lru_gen is not used it stays in the LRU-order demotion. The
-            // hot swap trades idle pages only: without lru_gen, none.
-            let swap = p.swap_bytes.min(demote);
-            let min_age = if p.assisted {
-                policy::SWAP_MIN_AGE_MS
-            } else {
-                policy::HOT_SWAP_MIN_AGE_MS
-            };
-            let (demote, swap_left) = match self.swap_out(m, swap, min_age, &mut gens, &mut agings)
-            {
-                Some(()) => (demote - swap, 0),
-                None if !p.assisted => (demote - swap, 0),
-                None => (demote, swap),
-            };
-            if demote < MIN_RECLAIM_BYTES {
-                continue;
-            }
-            let labels = ContainerLabels {
-                cgroup: m.path.clone(),
-            };
-            let started = Instant::now();
-            let result = self.demote(m, demote, &mut gens, &mut agings);
-            // Only a write that went through measures the device.
-            if result.is_ok() {
-                self.demotion_pace.observe(demote, started.elapsed());
-            }
-            if let Some(bw) = self.demotion_pace.bytes_per_s() {
-                self.metrics.demotion_bytes_per_second.set(bw);
-            }
-            match result {
-                Ok(outcome) => {
-                    // A within-share swap evicts the oldest generation for
-                    // other pages of the container: not ping-pong input
-                    // (min(down, up) would read its two halves as one).
-                    self.own_moved.entry(m.id).or_default().demoted_bytes +=
-                        demote.saturating_sub(swap_left);
-                    self.metrics
-                        .container_demote_requested_bytes
-                        .get_or_create(&labels)
-                        .inc_by(demote);
-                    if outcome == ReclaimOutcome::Short {
-                        self.metrics
-                            .container_reclaim_short
-                            .get_or_create(&labels)
-                            .inc();
+            for pass in 0..2 {
+                if want.min(allowance.left()) < MIN_RECLAIM_BYTES {
+                    break;
+                }
+                let demote = allowance.take(want);
+                want -= demote;
+                // A within-share swap's half goes first, cold pages only;
+                // where lru_gen is not used it stays in the LRU-order
+                // demotion. The hot swap trades idle pages only: without
+                // lru_gen, none.
+                let swap = if pass == 0 {
+                    p.swap_bytes.min(demote)
+                } else {
+                    0
+                };
+                let min_age = if p.assisted {
+                    policy::SWAP_MIN_AGE_MS
+                } else {
+                    policy::HOT_SWAP_MIN_AGE_MS
+                };
+                let (demote, swap_left) = if swap == 0 {
+                    (demote, 0)
+                } else {
+                    match self.swap_out(m, swap, min_age, &mut gens, &mut agings) {
+                        Some(()) => (demote - swap, 0),
+                        None if !p.assisted => (demote - swap, 0),
+                        None => (demote, swap),
                     }
-                    tracing::debug!(container = %m.path, bytes = demote, ?outcome, "demoted");
+                };
+                if demote < MIN_RECLAIM_BYTES {
+                    break;
                 }
-                Err(cgroupctl::Error::Vanished(p)) => {
-                    tracing::debug!(path = %p.display(), "cgroup vanished before demotion; skipped");
+                let started = Instant::now();
+                let result = self.demote(m, demote, &mut gens, &mut agings);
+                // Only a write that went through measures the device.
+                if result.is_ok() {
+                    self.demotion_pace.observe(demote, started.elapsed());
                 }
-                Err(e) => {
-                    tracing::warn!(container = %m.path, error = %e, "demotion failed");
-                    self.count_error(&m.path, "reclaim", &e);
+                self.record_demotion(m, demote, swap_left, result);
+                // The write measured the tier: this container may take
+                // more of the cycle's room now, not a cycle later.
+                if !allowance.remeasure(&self.demotion_pace) {
+                    break;
                 }
             }
         }
@@ -173,6 +156,51 @@ pub(in crate::controller) struct Agings {
 }
 
 impl Controller {
+    /// Accounts one demotion write of `demote` bytes to `m` (its swap half
+    /// `swap_left` still to do, not counted as tierd's own demotion): the
+    /// thrash input, the metrics and the log line.
+    fn record_demotion(
+        &mut self,
+        m: &Managed,
+        demote: u64,
+        swap_left: u64,
+        result: cgroupctl::Result<ReclaimOutcome>,
+    ) {
+        if let Some(bw) = self.demotion_pace.bytes_per_s() {
+            self.metrics.demotion_bytes_per_second.set(bw);
+        }
+        let labels = ContainerLabels {
+            cgroup: m.path.clone(),
+        };
+        match result {
+            Ok(outcome) => {
+                // A within-share swap evicts the oldest generation for
+                // other pages of the container: not ping-pong input
+                // (min(down, up) would read its two halves as one).
+                self.own_moved.entry(m.id).or_default().demoted_bytes +=
+                    demote.saturating_sub(swap_left);
+                self.metrics
+                    .container_demote_requested_bytes
+                    .get_or_create(&labels)
+                    .inc_by(demote);
+                if outcome == ReclaimOutcome::Short {
+                    self.metrics
+                        .container_reclaim_short
+                        .get_or_create(&labels)
+                        .inc();
+                }
+                tracing::debug!(container = %m.path, bytes = demote, ?outcome, "demoted");
+            }
+            Err(cgroupctl::Error::Vanished(p)) => {
+                tracing::debug!(path = %p.display(), "cgroup vanished before demotion; skipped");
+            }
+            Err(e) => {
+                tracing::warn!(container = %m.path, error = %e, "demotion failed");
+                self.count_error(&m.path, "reclaim", &e);
+            }
+        }
+    }
+
     /// Demotes `bytes` of container `m`'s fast-tier memory. Through MGLRU's
     /// eviction command where tierd uses it (`gens`: this cycle's read of
     /// lru_gen, made on first use): split over the container's

@@ -59,6 +59,58 @@ impl DemotionPace {
     }
 }
 
+/// What one cycle may still demote: [`DemotionPace::budget`] less what it
+/// wrote. Before the tier's pace is known, the first timed write measures
+/// it and the allowance is then recomputed from the measurement
+/// ([`Allowance::remeasure`]): a run's first demotion is often a
+/// newcomer's arrival, whose first cycle would otherwise make 16 MiB of
+/// room where the plan asked for its allocation burst.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowance {
+    left: u64,
+    spent: u64,
+    probing: bool,
+    interval: Duration,
+}
+
+impl Allowance {
+    /// The allowance of a cycle of `interval` at `pace`.
+    pub(crate) fn new(pace: &DemotionPace, interval: Duration) -> Allowance {
+        Allowance {
+            left: pace.budget(interval),
+            spent: 0,
+            probing: pace.bytes_per_s.is_none(),
+            interval,
+        }
+    }
+
+    /// Bytes the cycle may still write.
+    pub(crate) fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// Bytes of `want` this cycle may write now (all of it, or what is
+    /// left), counted as written.
+    pub(crate) fn take(&mut self, want: u64) -> u64 {
+        let n = want.min(self.left);
+        self.left -= n;
+        self.spent += n;
+        n
+    }
+
+    /// After a write: true once, when it gave the pace its first
+    /// measurement; the allowance is then one interval at that pace less
+    /// what the cycle wrote, and the caller may write again.
+    pub(crate) fn remeasure(&mut self, pace: &DemotionPace) -> bool {
+        if !self.probing || pace.bytes_per_s.is_none() {
+            return false;
+        }
+        self.probing = false;
+        self.left = pace.budget(self.interval).saturating_sub(self.spent);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +126,29 @@ mod tests {
         let mut hw = DemotionPace::default();
         hw.observe(64 << 20, Duration::from_millis(40));
         assert!(hw.budget(Duration::from_secs(2)) >= 1 << 30);
+    }
+
+    #[test]
+    fn the_first_timed_write_sets_the_rest_of_its_cycle() {
+        let pace0 = DemotionPace::default();
+        let mut a = Allowance::new(&pace0, Duration::from_secs(2));
+        // An arrival's first cycle asks for its 128 MiB burst: 16 MiB probe.
+        assert_eq!(a.take(128 << 20), 16 << 20);
+        assert!(!a.remeasure(&pace0), "no measurement, no more room");
+        let mut pace = pace0;
+        // 16 MiB in 200 ms: 80 MiB/s, 160 MiB a 2 s cycle, 16 spent.
+        pace.observe(16 << 20, Duration::from_millis(200));
+        assert!(a.remeasure(&pace));
+        assert_eq!(a.take(112 << 20), 112 << 20);
+        assert_eq!(a.take(64 << 20), 32 << 20);
+        assert_eq!(a.take(1), 0);
+        // Once only: later writes do not refill the cycle.
+        pace.observe(64 << 20, Duration::from_millis(100));
+        assert!(!a.remeasure(&pace));
+        // A measured pace never probes.
+        let mut b = Allowance::new(&pace, Duration::from_secs(2));
+        assert!(b.take(u64::MAX) > 16 << 20);
+        assert!(!b.remeasure(&pace));
     }
 
     #[test]
