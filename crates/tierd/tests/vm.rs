@@ -1425,13 +1425,18 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
         "tierd moved only {total} B:\n{}",
         g.output
     );
-    // Cold pages were not promoted with it: at most a third of the hot
-    // set's size more (regions straddling its edge) left node 1. Before
-    // promotions kept their own record of what was accessed, DAMON's young
-    // ages let 20-48 MiB of the never-touched part follow (NOTES session 64).
+    // Cold pages were not promoted with it beyond what the rule allows: an
+    // idle region counts as recently idle while it overlaps a range DAMON
+    // saw accessed within `cold_min_age` (5 s), so the cold part of a
+    // region straddling the hot set's edge may follow for that long at the
+    // budget: 4 MiB/s x 5 s + the 4 MiB bucket = 24 MiB. Usually none
+    // follows (48 MiB on node 0 in four runs of session 72); one CI run had
+    // 20 MiB (NOTES session 72). Before promotions kept their own record of
+    // what was accessed, DAMON's young ages let the never-touched bulk
+    // follow without bound (NOTES session 64).
     let (_, n1) = *n.last().unwrap();
     eprintln!("{mover}: (MiB on node 0, node 1) per second: {n:?}");
-    assert!(n1 >= 128, "cold pages were promoted too: {n:?}");
+    assert!(n1 >= 192 - 48 - 24, "cold pages were promoted too: {n:?}");
     if mover == "damos" {
         damos_goals_follow_the_kernel(&g.output);
     }
