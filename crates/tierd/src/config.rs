@@ -666,8 +666,8 @@ pub struct LimitsConfig {
     /// stay on the fast tier instead of spilling to the lower tier, to be
     /// promoted back page by page (`policy::Plan::filling`); and a cycle
     /// starts every quarter interval (at once when the last took longer),
-    /// each demoting to the headroom what the allocation took. Targets do not change. "0": off. docs/NOTES.md
-    /// "Session 63".
+    /// each demoting to the headroom what the allocation took. Targets do
+    /// not change. "0": off. docs/NOTES.md "Session 63", "Session 72".
     #[serde(deserialize_with = "de_duration")]
     pub arrival_window: Duration,
     /// Arrival lookahead (`policy::PolicyParams::arrival_lookahead`):

@@ -1429,11 +1429,8 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
     // idle region counts as recently idle while it overlaps a range DAMON
     // saw accessed within `cold_min_age` (5 s), so the cold part of a
     // region straddling the hot set's edge may follow for that long at the
-    // budget: 4 MiB/s x 5 s + the 4 MiB bucket = 24 MiB. Usually none
-    // follows (48 MiB on node 0 in four runs of session 72); one CI run had
-    // 20 MiB (NOTES session 72). Before promotions kept their own record of
-    // what was accessed, DAMON's young ages let the never-touched bulk
-    // follow without bound (NOTES session 64).
+    // budget: 4 MiB/s x 5 s + the 4 MiB bucket = 24 MiB (NOTES sessions
+    // 64 and 72).
     let (_, n1) = *n.last().unwrap();
     eprintln!("{mover}: (MiB on node 0, node 1) per second: {n:?}");
     assert!(n1 >= 192 - 48 - 24, "cold pages were promoted too: {n:?}");
