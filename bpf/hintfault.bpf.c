@@ -246,6 +246,32 @@ static __always_inline __u64 access_word(struct folio *folio)
 	return folio_flags(folio);
 }
 
+/* Bits set in a word (SWAR popcount). Straight-line on purpose: a loop
+ * that tests one bit per iteration branches each time, and the verifier
+ * walks every path (see docs/NOTES.md, the probe's load time). */
+static __always_inline __u32 popcount64(__u64 m)
+{
+	m = m - ((m >> 1) & 0x5555555555555555ULL);
+	m = (m & 0x3333333333333333ULL) + ((m >> 2) & 0x3333333333333333ULL);
+	m = (m + (m >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+	return (__u32)((m * 0x0101010101010101ULL) >> 56);
+}
+
+/* floor(log2(v)), 0 for v <= 1: the bits below the top one set, counted. */
+static __always_inline __u32 log2_floor(__u64 v)
+{
+	__u32 bits;
+
+	v |= v >> 1;
+	v |= v >> 2;
+	v |= v >> 4;
+	v |= v >> 8;
+	v |= v >> 16;
+	v |= v >> 32;
+	bits = popcount64(v);
+	return bits ? bits - 1 : 0;
+}
+
 /* The hint-fault latency (ms) the kernel's hot-page test measured for this
  * fault (kernel/sched/fair.c numa_hint_fault_latency: the fault's time
  * minus the scan's, both jiffies_to_msecs() in the folio's last-cpupid
@@ -271,10 +297,8 @@ static __always_inline __u32 hint_latency_ms(struct folio *folio, int *last_cpup
 	/* 2^width - 1, width 8..31 */
 	if (mask < 0xff || mask > 0x7fffffff || (mask & (mask + 1)))
 		return HF_NO_LATENCY;
-	__u32 width = 0;
-	for (int i = 0; i < 32; i++)
-		if (mask >> i)
-			width = i + 1;
+	/* a 2^width - 1 mask has width bits set */
+	__u32 width = popcount64(mask);
 	__u32 pos = 0;
 	if (!bpf_core_field_exists(((struct folio___cpupid *)folio)->_last_cpupid)) {
 		__u32 zones = bpf_core_enum_value(enum zone_type, __MAX_NR_ZONES);
@@ -469,11 +493,11 @@ static __always_inline int migrate_exit(int node, int ret)
 	bpf_map_delete_elem(&inflight, &id);
 	h = bpf_map_lookup_elem(&latency, &zero);
 	if (h) {
-		__u32 b = 0;
-		/* floor(log2(ns)), bounded loop for the verifier */
-		for (int i = 1; i < HF_LAT_BUCKETS; i++)
-			if (ns >> i)
-				b = i;
+		/* [2^b, 2^(b+1)) ns; the last bucket is open-ended */
+		__u32 b = log2_floor(ns);
+
+		if (b > HF_LAT_BUCKETS - 1)
+			b = HF_LAT_BUCKETS - 1;
 		h->buckets[b & (HF_LAT_BUCKETS - 1)]++;
 		h->cpu_ns += cpu_ns;
 	}

@@ -467,8 +467,15 @@ impl HintFaultProbe {
                 OPTIONAL_FUNCTIONS[1]
             );
         }
+        let t = std::time::Instant::now();
         let mut skel = open.load().map_err(|e| libbpf_err("load", e))?;
+        let loaded = t.elapsed();
         skel.attach().map_err(|e| libbpf_err("attach", e))?;
+        tracing::debug!(
+            load_ms = loaded.as_millis(),
+            attach_ms = (t.elapsed() - loaded).as_millis(),
+            "hint-fault probe loaded (maps made, programs verified) and attached"
+        );
         let nr_cpus = libbpf_rs::num_possible_cpus().map_err(|e| libbpf_err("cpu count", e))?;
         let pending = std::sync::Arc::new(std::sync::Mutex::new(Pending::default()));
         let sink = pending.clone();

@@ -196,6 +196,37 @@ sed 's/^/DECLINED /' /tmp/declined
         u(db, "probe", "declined_records"),
         u(db, "probe", "hint_faults")
     );
+    // The migration-latency histogram (bucket b: calls of [2^b, 2^(b+1)) ns
+    // wall time, the last open-ended) holds every promotion call, and as a
+    // call's CPU time is at most its wall time, the CPU time summed is below
+    // the buckets' upper edges summed: a bucket computed too low fails it.
+    let hist: Vec<u64> = lines[2]["latency_ns_log2"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no latency_ns_log2: {}", lines[2]))
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    let calls: u64 = hist.iter().sum();
+    let promotion_calls: u64 = lines[..2].iter().map(|l| u(l, "probe", "migrated")).sum();
+    assert!(
+        promotion_calls > 0 && calls >= promotion_calls,
+        "latency histogram {calls} calls, promotions {promotion_calls}: {}",
+        lines[2]
+    );
+    let cpu_ns = u128::from(lines[2]["migrate_cpu_ns"].as_u64().unwrap());
+    if hist.last() == Some(&0) {
+        let upper: u128 = hist
+            .iter()
+            .enumerate()
+            .map(|(b, &n)| u128::from(n) << (b + 1))
+            .sum();
+        assert!(
+            cpu_ns <= upper,
+            "migration CPU {cpu_ns} ns above the histogram's upper edges {upper}: {}",
+            lines[2]
+        );
+    }
+    eprintln!("promotion calls {calls}, histogram {hist:?}, CPU {cpu_ns} ns");
     let progs = lines[2]["programs"].as_array().unwrap();
     let check = progs
         .iter()
