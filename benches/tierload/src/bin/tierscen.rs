@@ -397,6 +397,10 @@ fn pressure_some_avg10(cgroup: &str) -> Option<f64> {
 /// DAMON_STAT's switch (Linux 6.17+; on from boot in Debian's 7.x kernels).
 const DAMON_STAT: &str = "/sys/module/damon_stat/parameters/enabled";
 
+/// DAMON_STAT's tuned aggregation interval, µs (Documentation/admin-guide/
+/// mm/damon/stat.rst).
+const DAMON_STAT_AGGR_INTERVAL: &str = "/sys/module/damon_stat/parameters/aggr_interval_us";
+
 /// DAMON_STAT turned off for a mode whose config needs DAMON, as an
 /// operator does before running such a config (its kdamond is exclusive,
 /// and tierd never stops kdamonds it did not create); on again when
@@ -732,6 +736,14 @@ struct HostSample {
     /// and demotion; `kdamond*`: DAMON), user + system seconds: what kernel
     /// tiering spends where tierd spends its own CPU.
     kernel_tiering_cpu_s: f64,
+    /// The `kdamond*` part of `kernel_tiering_cpu_s`: DAMON's threads,
+    /// tierd's or the kernel's own (DAMON_STAT runs one from boot on 7.x).
+    kdamond_cpu_s: f64,
+    /// DAMON_STAT's auto-tuned aggregation interval (µs; its sampling
+    /// interval is a twentieth of it), from its module parameter
+    /// `aggr_interval_us`; `None` where DAMON_STAT is absent or off. What
+    /// its kdamond costs follows from it.
+    damon_stat_aggr_interval_us: Option<u64>,
     /// System CPU time so far of the scenario's workload processes (and
     /// their servers): where the kernel's own tiering work runs in task
     /// context — NUMA-balancing scanning (`task_numa_work`), hint faults and
@@ -811,34 +823,37 @@ fn container_hint_counts(
 /// missed (at most one sample interval of it).
 #[derive(Default)]
 struct TieringThreads {
-    /// (pid, start time in clock ticks) → utime + stime seconds last seen.
-    seen: BTreeMap<(u32, u64), f64>,
+    /// (pid, start time in clock ticks) → (utime + stime seconds last
+    /// seen, whether it is a kdamond).
+    seen: BTreeMap<(u32, u64), (f64, bool)>,
 }
 
 impl TieringThreads {
     /// Reads the threads alive under `proc` (a /proc) and returns the CPU
-    /// seconds of every one seen so far, alive or gone.
-    fn sample(&mut self, proc: &Path) -> f64 {
+    /// seconds of every one seen so far, alive or gone: (all, kdamonds').
+    fn sample(&mut self, proc: &Path) -> (f64, f64) {
         if let Ok(dir) = fs::read_dir(proc) {
             for pid in dir
                 .flatten()
                 .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             {
                 let dir = proc.join(pid.to_string());
-                let tiering = fs::read_to_string(dir.join("comm"))
-                    .is_ok_and(|c| c.starts_with("kswapd") || c.starts_with("kdamond"));
-                if !tiering {
+                let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+                let kdamond = comm.starts_with("kdamond");
+                if !kdamond && !comm.starts_with("kswapd") {
                     continue;
                 }
                 let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
                 let Some((user, system, start)) = stat_times(&stat) else {
                     continue;
                 };
-                let cpu = self.seen.entry((pid, start)).or_default();
+                let (cpu, _) = self.seen.entry((pid, start)).or_insert((0.0, kdamond));
                 *cpu = cpu.max(user + system);
             }
         }
-        self.seen.values().sum()
+        let all = self.seen.values().map(|(c, _)| c).sum();
+        let kdamonds = self.seen.values().filter(|(_, k)| *k).map(|(c, _)| c).sum();
+        (all, kdamonds)
     }
 }
 
@@ -905,7 +920,12 @@ fn host_sample(
     if let Some(pid) = tierd {
         (h.tierd_cpu_s, h.tierd_rss_bytes) = proc_usage(pid);
     }
-    h.kernel_tiering_cpu_s = threads.sample(Path::new("/proc"));
+    (h.kernel_tiering_cpu_s, h.kdamond_cpu_s) = threads.sample(Path::new("/proc"));
+    if fs::read_to_string(DAMON_STAT).is_ok_and(|v| v.trim() == "Y") {
+        h.damon_stat_aggr_interval_us = fs::read_to_string(DAMON_STAT_AGGR_INTERVAL)
+            .ok()
+            .and_then(|v| v.trim().parse().ok());
+    }
     for n in fast {
         let p = format!("/sys/devices/system/node/node{n}/meminfo");
         let text = fs::read_to_string(&p).unwrap_or_default();
@@ -1954,19 +1974,22 @@ mod tests {
         put(31, "kdamond.0", 20, 80, 900);
         put(40, "tierload", 500, 500, 950);
         let mut t = TieringThreads::default();
-        let first = t.sample(&root);
+        let (first, kdamond) = t.sample(&root);
         assert!((first - 200.0 / tick).abs() < 1e-9, "{first}");
+        assert!((kdamond - 100.0 / tick).abs() < 1e-9, "{kdamond}");
         // The kdamond ran on, then exited: its CPU stays counted.
         put(31, "kdamond.0", 20, 180, 900);
         t.sample(&root);
         std::fs::remove_dir_all(root.join("31")).unwrap();
         put(30, "kswapd0", 0, 150, 5);
-        let after = t.sample(&root);
+        let (after, kdamond) = t.sample(&root);
         assert!((after - 350.0 / tick).abs() < 1e-9, "{after}");
+        assert!((kdamond - 200.0 / tick).abs() < 1e-9, "{kdamond}");
         // A new kdamond under the same pid is another thread.
         put(31, "kdamond.0", 0, 10, 2000);
-        let reused = t.sample(&root);
+        let (reused, kdamond) = t.sample(&root);
         assert!((reused - 360.0 / tick).abs() < 1e-9, "{reused}");
+        assert!((kdamond - 210.0 / tick).abs() < 1e-9, "{kdamond}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
