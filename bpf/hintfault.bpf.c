@@ -248,7 +248,7 @@ static __always_inline __u64 access_word(struct folio *folio)
 
 /* Bits set in a word (SWAR popcount). Straight-line on purpose: a loop
  * that tests one bit per iteration branches each time, and the verifier
- * walks every path (see docs/NOTES.md, the probe's load time). */
+ * walks every path (docs/NOTES.md "Session 73": 2.6 s to load). */
 static __always_inline __u32 popcount64(__u64 m)
 {
 	m = m - ((m >> 1) & 0x5555555555555555ULL);
