@@ -482,9 +482,23 @@ fn revive_given_up_nodes(scenario: &str, mode: Mode) {
 /// unlimited, down while tierd's steady-state gate holds it at 0 — and
 /// with it how many hint faults pass the hot-page test (docs/NOTES.md
 /// "Session 60").
+///
+/// DAMON_STAT (on from boot on 7.x) is restarted too when it runs: its
+/// context, regions and auto-tuned intervals last until it is switched off
+/// (mm/damon/stat.c builds a new context on each enable), so without a
+/// restart a run inherits what the boot's earlier runs left, and the
+/// second run of a fresh boot spent 4–6× the first's kdamond CPU whichever
+/// mode it was (docs/NOTES.md "Session 73").
 fn reset_tiering_state() -> Result<()> {
     fs::write(NUMA_BALANCING, "0")
-        .with_context(|| format!("{NUMA_BALANCING}: switch tiering off before the run"))
+        .with_context(|| format!("{NUMA_BALANCING}: switch tiering off before the run"))?;
+    if fs::read_to_string(DAMON_STAT).is_ok_and(|s| s.trim() == "Y") {
+        fs::write(DAMON_STAT, "N")
+            .and_then(|()| fs::write(DAMON_STAT, "Y"))
+            .with_context(|| format!("{DAMON_STAT}: restart DAMON_STAT before the run"))?;
+        println!("tierscen: DAMON_STAT restarted for this run (fresh regions and intervals)");
+    }
+    Ok(())
 }
 
 fn http_get(addr: &str, path: &str) -> Result<String> {
