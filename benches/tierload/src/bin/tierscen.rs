@@ -401,6 +401,9 @@ const DAMON_STAT: &str = "/sys/module/damon_stat/parameters/enabled";
 /// mm/damon/stat.rst).
 const DAMON_STAT_AGGR_INTERVAL: &str = "/sys/module/damon_stat/parameters/aggr_interval_us";
 
+/// DAMON_STAT's kdamond's pid (mm/damon/stat.c; -1 while it is off).
+const DAMON_STAT_KDAMOND_PID: &str = "/sys/module/damon_stat/parameters/kdamond_pid";
+
 /// DAMON_STAT turned off for a mode whose config needs DAMON, as an
 /// operator does before running such a config (its kdamond is exclusive,
 /// and tierd never stops kdamonds it did not create); on again when
@@ -485,10 +488,12 @@ fn revive_given_up_nodes(scenario: &str, mode: Mode) {
 ///
 /// DAMON_STAT (on from boot on 7.x) is restarted too when it runs: its
 /// context, regions and auto-tuned intervals last until it is switched off
-/// (mm/damon/stat.c builds a new context on each enable), so without a
-/// restart a run inherits what the boot's earlier runs left, and the
-/// second run of a fresh boot spent 4–6× the first's kdamond CPU whichever
-/// mode it was (docs/NOTES.md "Session 73").
+/// (mm/damon/stat.c builds a new context on each enable), so every run
+/// starts it from the same regions and intervals. What the restart cannot
+/// reset is the physical layout the boot's earlier runs left: the boot's
+/// first run keeps 5–8× fewer DAMON regions, and spends as much less
+/// kdamond CPU, than any later run whichever mode it is (docs/NOTES.md
+/// "Session 74"); [`HostSample::damon_stat_cpu_s`] keeps it apart.
 fn reset_tiering_state() -> Result<()> {
     fs::write(NUMA_BALANCING, "0")
         .with_context(|| format!("{NUMA_BALANCING}: switch tiering off before the run"))?;
@@ -747,12 +752,20 @@ struct HostSample {
     tierd_cpu_s: f64,
     tierd_rss_bytes: u64,
     /// CPU time so far of the kernel's tiering threads (`kswapd*`: reclaim
-    /// and demotion; `kdamond*`: DAMON), user + system seconds: what kernel
-    /// tiering spends where tierd spends its own CPU.
+    /// and demotion; `kdamond*`: DAMON, but for DAMON_STAT's), user +
+    /// system seconds: what kernel tiering spends where tierd spends its
+    /// own CPU.
     kernel_tiering_cpu_s: f64,
-    /// The `kdamond*` part of `kernel_tiering_cpu_s`: DAMON's threads,
-    /// tierd's or the kernel's own (DAMON_STAT runs one from boot on 7.x).
+    /// The `kdamond*` part of `kernel_tiering_cpu_s`: the kdamonds of a
+    /// tierd config that uses DAMON.
     kdamond_cpu_s: f64,
+    /// CPU time so far of DAMON_STAT's kdamond (the thread named by its
+    /// `kdamond_pid` parameter), user + system seconds, in no other field:
+    /// the kernel's own access monitor (Linux 6.17+, on from boot in
+    /// Debian's 7.x kernels) runs in every mode and tiers nothing, and what
+    /// it costs follows the boot's history, not the mode (see
+    /// [`reset_tiering_state`]).
+    damon_stat_cpu_s: f64,
     /// DAMON_STAT's auto-tuned aggregation interval (µs; its sampling
     /// interval is a twentieth of it), from its module parameter
     /// `aggr_interval_us`; `None` where DAMON_STAT is absent or off. What
@@ -838,14 +851,36 @@ fn container_hint_counts(
 #[derive(Default)]
 struct TieringThreads {
     /// (pid, start time in clock ticks) → (utime + stime seconds last
-    /// seen, whether it is a kdamond).
-    seen: BTreeMap<(u32, u64), (f64, bool)>,
+    /// seen, which thread it is).
+    seen: BTreeMap<(u32, u64), (f64, KernelThread)>,
+}
+
+/// Which of the threads [`TieringThreads`] follows a thread is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelThread {
+    Kswapd,
+    Kdamond,
+    /// DAMON_STAT's kdamond.
+    DamonStat,
+}
+
+/// CPU seconds of the threads [`TieringThreads`] has seen, alive or gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct ThreadCpu {
+    /// kswapd's and the kdamonds' but DAMON_STAT's.
+    tiering: f64,
+    /// The kdamonds' part of `tiering`.
+    kdamonds: f64,
+    /// DAMON_STAT's kdamond's (in neither of the others).
+    damon_stat: f64,
 }
 
 impl TieringThreads {
     /// Reads the threads alive under `proc` (a /proc) and returns the CPU
-    /// seconds of every one seen so far, alive or gone: (all, kdamonds').
-    fn sample(&mut self, proc: &Path) -> (f64, f64) {
+    /// seconds of every one seen so far, alive or gone. `damon_stat_pid`:
+    /// DAMON_STAT's kdamond (its `kdamond_pid` parameter), told apart from
+    /// the other kdamonds when first seen.
+    fn sample(&mut self, proc: &Path, damon_stat_pid: Option<u32>) -> ThreadCpu {
         if let Ok(dir) = fs::read_dir(proc) {
             for pid in dir
                 .flatten()
@@ -853,21 +888,37 @@ impl TieringThreads {
             {
                 let dir = proc.join(pid.to_string());
                 let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-                let kdamond = comm.starts_with("kdamond");
-                if !kdamond && !comm.starts_with("kswapd") {
+                let kind = if comm.starts_with("kswapd") {
+                    KernelThread::Kswapd
+                } else if !comm.starts_with("kdamond") {
                     continue;
-                }
+                } else if damon_stat_pid == Some(pid) {
+                    KernelThread::DamonStat
+                } else {
+                    KernelThread::Kdamond
+                };
                 let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
                 let Some((user, system, start)) = stat_times(&stat) else {
                     continue;
                 };
-                let (cpu, _) = self.seen.entry((pid, start)).or_insert((0.0, kdamond));
+                let (cpu, _) = self.seen.entry((pid, start)).or_insert((0.0, kind));
                 *cpu = cpu.max(user + system);
             }
         }
-        let all = self.seen.values().map(|(c, _)| c).sum();
-        let kdamonds = self.seen.values().filter(|(_, k)| *k).map(|(c, _)| c).sum();
-        (all, kdamonds)
+        let sum = |pick: &dyn Fn(KernelThread) -> bool| -> f64 {
+            self.seen
+                .values()
+                .filter(|(_, k)| pick(*k))
+                .map(|(c, _)| c)
+                .sum::<f64>()
+                // An empty sum is -0.0, which would print as such.
+                + 0.0
+        };
+        ThreadCpu {
+            tiering: sum(&|k| k != KernelThread::DamonStat),
+            kdamonds: sum(&|k| k == KernelThread::Kdamond),
+            damon_stat: sum(&|k| k == KernelThread::DamonStat),
+        }
     }
 }
 
@@ -934,7 +985,13 @@ fn host_sample(
     if let Some(pid) = tierd {
         (h.tierd_cpu_s, h.tierd_rss_bytes) = proc_usage(pid);
     }
-    (h.kernel_tiering_cpu_s, h.kdamond_cpu_s) = threads.sample(Path::new("/proc"));
+    let damon_stat_pid = fs::read_to_string(DAMON_STAT_KDAMOND_PID)
+        .ok()
+        .and_then(|v| v.trim().parse().ok());
+    let cpu = threads.sample(Path::new("/proc"), damon_stat_pid);
+    h.kernel_tiering_cpu_s = cpu.tiering;
+    h.kdamond_cpu_s = cpu.kdamonds;
+    h.damon_stat_cpu_s = cpu.damon_stat;
     if fs::read_to_string(DAMON_STAT).is_ok_and(|v| v.trim() == "Y") {
         h.damon_stat_aggr_interval_us = fs::read_to_string(DAMON_STAT_AGGR_INTERVAL)
             .ok()
@@ -1987,23 +2044,35 @@ mod tests {
         put(30, "kswapd0", 0, 100, 5);
         put(31, "kdamond.0", 20, 80, 900);
         put(40, "tierload", 500, 500, 950);
+        // DAMON_STAT's kdamond (pid 55) is kept apart from the others.
+        put(55, "kdamond.0", 0, 40, 3);
+        let stat = Some(55);
+        let close = |a: f64, ticks: f64| (a - ticks / tick).abs() < 1e-9;
         let mut t = TieringThreads::default();
-        let (first, kdamond) = t.sample(&root);
-        assert!((first - 200.0 / tick).abs() < 1e-9, "{first}");
-        assert!((kdamond - 100.0 / tick).abs() < 1e-9, "{kdamond}");
+        let first = t.sample(&root, stat);
+        assert!(close(first.tiering, 200.0), "{first:?}");
+        assert!(close(first.kdamonds, 100.0), "{first:?}");
+        assert!(close(first.damon_stat, 40.0), "{first:?}");
         // The kdamond ran on, then exited: its CPU stays counted.
         put(31, "kdamond.0", 20, 180, 900);
-        t.sample(&root);
+        t.sample(&root, stat);
         std::fs::remove_dir_all(root.join("31")).unwrap();
         put(30, "kswapd0", 0, 150, 5);
-        let (after, kdamond) = t.sample(&root);
-        assert!((after - 350.0 / tick).abs() < 1e-9, "{after}");
-        assert!((kdamond - 200.0 / tick).abs() < 1e-9, "{kdamond}");
+        let after = t.sample(&root, stat);
+        assert!(close(after.tiering, 350.0), "{after:?}");
+        assert!(close(after.kdamonds, 200.0), "{after:?}");
         // A new kdamond under the same pid is another thread.
         put(31, "kdamond.0", 0, 10, 2000);
-        let (reused, kdamond) = t.sample(&root);
-        assert!((reused - 360.0 / tick).abs() < 1e-9, "{reused}");
-        assert!((kdamond - 210.0 / tick).abs() < 1e-9, "{kdamond}");
+        let reused = t.sample(&root, stat);
+        assert!(close(reused.tiering, 360.0), "{reused:?}");
+        assert!(close(reused.kdamonds, 210.0), "{reused:?}");
+        // DAMON_STAT restarted: its new kdamond is DAMON_STAT's too, and
+        // the old one's CPU stays counted.
+        std::fs::remove_dir_all(root.join("55")).unwrap();
+        put(56, "kdamond.0", 0, 30, 2100);
+        let restarted = t.sample(&root, Some(56));
+        assert!(close(restarted.damon_stat, 70.0), "{restarted:?}");
+        assert!(close(restarted.tiering, 360.0), "{restarted:?}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
