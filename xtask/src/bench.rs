@@ -983,7 +983,7 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
     // share of the tiering CPU where a tierd config ran a kdamond; and
     // DAMON_STAT's (7.x), in no tiering row: it runs from boot in every
     // mode, tiers nothing, and its cost follows the boot's history (the
-    // boot's first run keeps a fifth of the DAMON regions of any later run
+    // boot's first run keeps a tenth of the DAMON regions of any later run
     // whichever mode it is; docs/NOTES.md "Session 74").
     for (metric, key) in [
         ("of which kdamond (% of one core)", "kdamond_cpu_s"),

@@ -491,7 +491,7 @@ fn revive_given_up_nodes(scenario: &str, mode: Mode) {
 /// (mm/damon/stat.c builds a new context on each enable), so every run
 /// starts it from the same regions and intervals. What the restart cannot
 /// reset is the physical layout the boot's earlier runs left: the boot's
-/// first run keeps 5–8× fewer DAMON regions, and spends as much less
+/// first run keeps 7–13× fewer DAMON regions, and spends 3–5× less
 /// kdamond CPU, than any later run whichever mode it is (docs/NOTES.md
 /// "Session 74"); [`HostSample::damon_stat_cpu_s`] keeps it apart.
 fn reset_tiering_state() -> Result<()> {
