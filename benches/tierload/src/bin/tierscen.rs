@@ -401,6 +401,11 @@ const DAMON_STAT: &str = "/sys/module/damon_stat/parameters/enabled";
 /// mm/damon/stat.rst).
 const DAMON_STAT_AGGR_INTERVAL: &str = "/sys/module/damon_stat/parameters/aggr_interval_us";
 
+/// Whether DAMON_STAT runs (its `enabled` parameter reads Y).
+fn damon_stat_on() -> bool {
+    fs::read_to_string(DAMON_STAT).is_ok_and(|s| s.trim() == "Y")
+}
+
 /// DAMON_STAT's kdamond's pid (mm/damon/stat.c; -1 while it is off).
 const DAMON_STAT_KDAMOND_PID: &str = "/sys/module/damon_stat/parameters/kdamond_pid";
 
@@ -417,7 +422,7 @@ impl DamonStatOff {
             mode,
             Mode::TierdPages | Mode::TierdDamos | Mode::TierdHot | Mode::TierdHeat
         );
-        let on = fs::read_to_string(DAMON_STAT).is_ok_and(|s| s.trim() == "Y");
+        let on = damon_stat_on();
         if !(needs_damon && on) {
             return DamonStatOff(false);
         }
@@ -497,7 +502,7 @@ fn revive_given_up_nodes(scenario: &str, mode: Mode) {
 fn reset_tiering_state() -> Result<()> {
     fs::write(NUMA_BALANCING, "0")
         .with_context(|| format!("{NUMA_BALANCING}: switch tiering off before the run"))?;
-    if fs::read_to_string(DAMON_STAT).is_ok_and(|s| s.trim() == "Y") {
+    if damon_stat_on() {
         fs::write(DAMON_STAT, "N")
             .and_then(|()| fs::write(DAMON_STAT, "Y"))
             .with_context(|| format!("{DAMON_STAT}: restart DAMON_STAT before the run"))?;
@@ -905,20 +910,18 @@ impl TieringThreads {
                 *cpu = cpu.max(user + system);
             }
         }
-        let sum = |pick: &dyn Fn(KernelThread) -> bool| -> f64 {
-            self.seen
-                .values()
-                .filter(|(_, k)| pick(*k))
-                .map(|(c, _)| c)
-                .sum::<f64>()
-                // An empty sum is -0.0, which would print as such.
-                + 0.0
-        };
-        ThreadCpu {
-            tiering: sum(&|k| k != KernelThread::DamonStat),
-            kdamonds: sum(&|k| k == KernelThread::Kdamond),
-            damon_stat: sum(&|k| k == KernelThread::DamonStat),
+        let mut cpu = ThreadCpu::default();
+        for &(c, kind) in self.seen.values() {
+            match kind {
+                KernelThread::Kswapd => cpu.tiering += c,
+                KernelThread::Kdamond => {
+                    cpu.tiering += c;
+                    cpu.kdamonds += c;
+                }
+                KernelThread::DamonStat => cpu.damon_stat += c,
+            }
         }
+        cpu
     }
 }
 
@@ -992,7 +995,7 @@ fn host_sample(
     h.kernel_tiering_cpu_s = cpu.tiering;
     h.kdamond_cpu_s = cpu.kdamonds;
     h.damon_stat_cpu_s = cpu.damon_stat;
-    if fs::read_to_string(DAMON_STAT).is_ok_and(|v| v.trim() == "Y") {
+    if damon_stat_on() {
         h.damon_stat_aggr_interval_us = fs::read_to_string(DAMON_STAT_AGGR_INTERVAL)
             .ok()
             .and_then(|v| v.trim().parse().ok());
