@@ -271,11 +271,9 @@ pub struct PolicyParams {
     /// put the newcomers' hottest pages on DRAM but cost tiering CPU (the
     /// agings) and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
-    /// The hot swap runs at its window pace ([`crate::Pace::Window`]) this
-    /// long after an arrival or exit (the daemon's first cycle counts as
-    /// one), in ms, then at its steady pace; 0: always at the window pace.
-    /// What it repairs is made mostly when the set of containers changes
-    /// (`hotswap.rs`).
+    /// The hot swap runs only this long after an arrival or exit (the
+    /// daemon's first cycle counts as one), in ms; 0: always. What it
+    /// repairs is made when the set of containers changes (`hotswap.rs`).
     pub hot_swap_window_ms: u64,
     /// Arrival assist (`assist.rs`): within `hot_swap_window_ms` of an
     /// arrival or exit, a container inside its band but a quarter band or
@@ -444,12 +442,11 @@ pub struct ContainerPlan {
     /// swap").
     ///
     /// Hot swap (with [`PolicyParams::hot_swap`]), the same for a container
-    /// that is not assisted: at its target (damped or not), with known-hot
-    /// pages on the lower tier ([`ContainerSnapshot::known_hot_below_bytes`]):
-    /// within [`PolicyParams::hot_swap_window_ms`] of an arrival or exit at
-    /// least a quarter band of them, at most once every
-    /// [`crate::HOT_SWAP_PERIOD_MS`]; after it a whole band, at most once
-    /// every [`crate::HOT_SWAP_STEADY_PERIOD_MS`]. It demotes as many
+    /// that is not assisted: at its target (damped or not), within
+    /// [`PolicyParams::hot_swap_window_ms`] of an arrival or exit and at most
+    /// once every [`crate::HOT_SWAP_PERIOD_MS`], with at least a
+    /// quarter band of known-hot pages on the lower tier
+    /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
     /// of its fast-tier pages idle for [`crate::HOT_SWAP_MIN_AGE_MS`] and
     /// the daemon's recall moves those pages into the room. It repairs
     /// what a fast demotion got wrong: a container cut to its share in a
@@ -543,11 +540,10 @@ pub struct Plan {
     /// quarter interval while one is filling, each demoting (to the
     /// headroom, as [`Plan::need_bytes`] says) what the allocation took.
     pub filling: Vec<ContainerId>,
-    /// How the hot swap ran this cycle: [`crate::Pace::Window`] within
-    /// [`PolicyParams::hot_swap_window_ms`] of an arrival or exit,
-    /// [`crate::Pace::Steady`] after it, [`crate::Pace::Off`] without
-    /// [`PolicyParams::hot_swap`].
-    pub hot_swap_pace: crate::hotswap::Pace,
+    /// The hot swap's window is open ([`PolicyParams::hot_swap_window_ms`]);
+    /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
+    /// daemon need not count known-hot pages below for the next cycle.
+    pub hot_swap_open: bool,
 }
 
 impl Plan {
@@ -600,7 +596,8 @@ pub struct Membership {
     pub usage_bytes: std::collections::BTreeMap<ContainerId, u64>,
 }
 
-/// Hot-swap pacing state (see [`crate::Pace`]).
+/// Hot-swap pacing state (see [`PolicyParams::hot_swap_window_ms`] and
+/// [`crate::HOT_SWAP_PERIOD_MS`]).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct HotSwapState {
     /// When each container last swapped (policy clock).

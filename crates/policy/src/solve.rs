@@ -400,14 +400,14 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // lower-tier regions, charged to both its buckets. Its own demotion
     // makes the room, so nobody else's claim or the headroom pays for it.
     // The hot swap is the same for one that is not assisted, with its
-    // known-hot pages, paced (hotswap.rs: each swap is an aging of the
-    // container): within a minute of an arrival or exit, a quarter band
-    // of them or more, at most once every few cycles; after that a whole
-    // band, at most once per NUMA-balancing pass. Damped or not: its halves move
+    // known-hot pages: at least a quarter band of them (a smaller trade
+    // is not worth the aging it takes), within a minute of an arrival or
+    // exit and at most once every few cycles (hotswap.rs: each swap is an
+    // aging of the container). Damped or not: its halves move
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
-    let pace = crate::hotswap::Pace::of(params.hot_swap, window_open);
+    let hot_swap_open = params.hot_swap && window_open;
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -421,8 +421,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 cs[i].lower_hot_bytes?
             } else {
                 let known = cs[i].known_hot_below_bytes;
-                let min = pace.min_known_bytes(band_bytes(params, p.target_bytes))?;
-                if known < min || !crate::hotswap::due(&state.hot_swap, p.id, now_ms, pace) {
+                let min = (band_bytes(params, p.target_bytes) / 4).max(1);
+                if !hot_swap_open
+                    || known < min
+                    || !crate::hotswap::due(&state.hot_swap, p.id, now_ms)
+                {
                     return None;
                 }
                 known
@@ -544,7 +547,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             .filter(|(_, &f)| f)
             .map(|(c, _)| c.id)
             .collect(),
-        hot_swap_pace: pace,
+        hot_swap_open,
     }
 }
 

@@ -642,17 +642,13 @@ pub struct LimitsConfig {
     /// target (damped or not) with at least a quarter band of known-hot pages
     /// on the lower tier demotes as many of its fast-tier pages idle for
     /// 5 s and recall moves the hot ones into the room (needs lru_gen and
-    /// `daemon.recall`; goes with `hotness.hot_latency`), paced by
-    /// `policy::Pace` (within `hot_swap_window` a quarter band, at most
-    /// once every `policy::HOT_SWAP_PERIOD_MS` per container; after it a
-    /// whole band, at most once every `policy::HOT_SWAP_STEADY_PERIOD_MS`).
-    /// Off by default: in the
+    /// `daemon.recall`; goes with `hotness.hot_latency`), at most once every
+    /// `policy::HOT_SWAP_PERIOD_MS` per container. Off by default: in the
     /// demo it put the newcomers' hottest pages on DRAM but cost tiering CPU
     /// and DRAM held (docs/NOTES.md "Hot swap").
     pub hot_swap: bool,
     /// How long after an arrival or exit (and tierd's start) the hot swap
-    /// runs at its window pace (then at its steady pace); "0": always at
-    /// the window pace.
+    /// runs; "0": always.
     #[serde(deserialize_with = "de_duration")]
     pub hot_swap_window: Duration,
     /// Arrival assist (`policy::PolicyParams::arrival_assist`): within

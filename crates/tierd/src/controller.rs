@@ -207,6 +207,9 @@ pub struct Controller {
     /// Assisted containers at their target trading pages within their
     /// share (`ContainerPlan::swap_bytes`), for the log.
     swapping: HashSet<u64>,
+    /// The last plan's `hot_swap_open`: while the window is closed the
+    /// known-hot pages below are not counted (a walk per container).
+    hot_swap_open: bool,
     /// CXL regions behind the nodes, read at start and on a topology
     /// change (`hotplug.rs`).
     cxl: Vec<numa::cxl::CxlRegion>,
@@ -439,6 +442,7 @@ impl Controller {
             assisted: HashSet::new(),
             owed: HashSet::new(),
             swapping: HashSet::new(),
+            hot_swap_open: true,
             gate: gate::PromotionGate::default(),
             cxl: Vec::new(),
             file_first_unsupported: false,
@@ -585,7 +589,12 @@ impl Controller {
                 lower_hint_faults: None,
                 // A walk of its known pages: only when the plan can use it
                 // (the hot swap's promotion half is recall's).
-                known_hot_below_bytes: if self.cfg.limits.hot_swap && self.cfg.daemon.recall {
+                known_hot_below_bytes: if self.cfg.limits.hot_swap
+                    && self.cfg.daemon.recall
+                    // Closed: the next arrival opens it a cycle late,
+                    // before a newcomer is at its target anyway.
+                    && self.hot_swap_open
+                {
                     self.known_hot.known_hot_below(m.id)
                 } else {
                     0
@@ -640,6 +649,7 @@ impl Controller {
             self.lap_split(&mut phase, "reclaim", "age", agings.time);
         }
         let plan = policy::solve(&snapshot, &params, &mut self.policy_state);
+        self.hot_swap_open = plan.hot_swap_open;
         self.lap(&mut phase, "solve");
         if tracing::enabled!(tracing::Level::DEBUG) {
             for c in &snapshot.containers {
