@@ -307,6 +307,7 @@ pub struct Metrics {
     pub container_demand_bytes: Family<ContainerLabels, Gauge>,
     pub container_guarantee_bytes: Family<ContainerLabels, Gauge>,
     pub container_recallable_bytes: Family<ContainerLabels, Gauge>,
+    pub container_known_hot_below_bytes: Family<ContainerLabels, Gauge>,
     pub container_local_low_bytes: Family<ContainerLabels, Gauge>,
     pub container_local_high_bytes: Family<ContainerLabels, Gauge>,
     pub container_memory_low_bytes: Family<ContainerLabels, Gauge>,
@@ -314,6 +315,8 @@ pub struct Metrics {
     pub container_state: Family<ContainerStateLabels, Gauge>,
     pub container_demote_requested_bytes: PerCgroup<ContainerLabels>,
     pub container_reclaim_short: PerCgroup<ContainerLabels>,
+    pub container_swap_asked_bytes: PerCgroup<ContainerLabels>,
+    pub container_swap_idle_bytes: PerCgroup<ContainerLabels>,
     pub container_reclaim_errors: PerCgroup<ContainerErrorLabels>,
     pub container_demoted_bytes: PerCgroup<ContainerReasonLabels>,
     pub container_promoted_bytes: PerCgroup<ContainerLabels>,
@@ -394,6 +397,7 @@ impl Metrics {
             container_local_ratio: reg!("tierd_container_local_ratio", "Share of the container's memory on the fast tier (0..1)", Family::default()),
             container_target_bytes: reg!("tierd_container_target_bytes", "Fast-tier target computed by the fair-share policy", Family::default()),
             container_demand_bytes: reg!("tierd_container_demand_bytes", "Fast-tier demand used by the policy (hot bytes, or usage where hotness is unknown)", Family::default()),
+            container_known_hot_below_bytes: reg!("tierd_container_known_hot_below_bytes", "Bytes of the container's known-hot pages (promoted by the kernel before, or whose hint fault came within hotness.hot_latency) last seen on the lower tier: what a hot swap may trade in (counted only with limits.hot_swap and daemon.recall, else 0)", Family::default()),
             container_recallable_bytes: reg!("tierd_container_recallable_bytes", "Bytes of the container's known-hot pages (promoted by the kernel before) found on the lower tier at the last check (daemon.recall; 0 while the container is not under its target)", Family::default()),
             container_guarantee_bytes: reg!("tierd_container_guarantee_bytes", "Guaranteed fast-tier bytes: min(demand, local_low), scaled if guarantees exceed capacity", Family::default()),
             container_local_low_bytes: reg!("tierd_container_local_low_bytes", "Configured local_low resolved to bytes", Family::default()),
@@ -403,6 +407,8 @@ impl Metrics {
             container_state: reg!("tierd_container_state", "1 for the container's placement state (over_target, under_target, at_target, pinned)", Family::default()),
             container_demote_requested_bytes: reg!(@cgroup "tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote"),
             container_reclaim_short: reg!(@cgroup "tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)"),
+            container_swap_asked_bytes: reg!(@cgroup "tierd_container_swap_asked_bytes", "Bytes the demotion half of a within-share or hot swap asked for (policy ContainerPlan::swap_bytes)"),
+            container_swap_idle_bytes: reg!(@cgroup "tierd_container_swap_idle_bytes", "Of tierd_container_swap_asked_bytes, the bytes found idle long enough (MGLRU generations older than the swap's minimum age and than the two youngest) and demoted: the room the swap's promotion half fills"),
             container_reclaim_errors: reg!(@cgroup "tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error"),
             container_demoted_bytes: reg!(@cgroup "tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)"),
             container_promoted_bytes: reg!(@cgroup "tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)"),
@@ -471,6 +477,8 @@ impl Metrics {
         let alive: &dyn Fn(&str) -> bool = &alive;
         self.container_demote_requested_bytes.retain(alive);
         self.container_reclaim_short.retain(alive);
+        self.container_swap_asked_bytes.retain(alive);
+        self.container_swap_idle_bytes.retain(alive);
         self.container_reclaim_errors.retain(alive);
         self.container_demoted_bytes.retain(alive);
         self.container_promoted_bytes.retain(alive);
@@ -491,6 +499,7 @@ impl Metrics {
         self.container_demand_bytes.clear();
         self.container_guarantee_bytes.clear();
         self.container_recallable_bytes.clear();
+        self.container_known_hot_below_bytes.clear();
         self.container_local_low_bytes.clear();
         self.container_local_high_bytes.clear();
         self.container_memory_low_bytes.clear();

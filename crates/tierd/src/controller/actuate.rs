@@ -286,12 +286,16 @@ impl Controller {
                 tracing::debug!(container = %m.path, asked = bytes, cold = taken,
                     "swap: demoted its pages untouched for {} s",
                     min_age_ms / 1000);
-                self.metrics
-                    .container_demote_requested_bytes
-                    .get_or_create(&ContainerLabels {
-                        cgroup: m.path.clone(),
-                    })
-                    .inc_by(taken);
+                let c = ContainerLabels {
+                    cgroup: m.path.clone(),
+                };
+                for (family, v) in [
+                    (&self.metrics.container_demote_requested_bytes, taken),
+                    (&self.metrics.container_swap_asked_bytes, bytes),
+                    (&self.metrics.container_swap_idle_bytes, taken),
+                ] {
+                    family.get_or_create(&c).inc_by(v);
+                }
             }
             Err(cgroupctl::Error::Vanished(_)) => {}
             Err(e) => {

@@ -111,6 +111,7 @@ impl Controller {
                     &mt.container_recallable_bytes,
                     self.known_hot.recallable(m.id),
                 ),
+                (&mt.container_known_hot_below_bytes, s.known_hot_below_bytes),
                 (&mt.container_local_low_bytes, p.local_low_bytes),
                 (&mt.container_local_high_bytes, p.local_high_bytes),
                 (&mt.container_memory_low_bytes, written_low),
