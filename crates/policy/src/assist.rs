@@ -66,15 +66,19 @@ pub const SWAP_IDLE_CYCLES: u32 = 3;
 pub const SWAP_MIN_AGE_MS: u64 = 30_000;
 
 /// The hot swap ([`crate::ContainerPlan::swap_bytes`] of a container that
-/// is not assisted) demotes only fast-tier pages untouched for this long,
-/// milliseconds. The pages it brings up faulted within the daemon's hot
-/// latency (250 ms by default) of a NUMA-balancing scan: a page touched
-/// once a second does that about a fifth of the time and stays idle for
-/// 5 s under 1 % of the time, so a trade is never a warm page for a warm
-/// one. 30 s, the assist's floor, finds nothing to trade in a cache tenant
-/// whose coldest page is touched every few seconds (docs/NOTES.md "Hot
-/// swap").
-pub const HOT_SWAP_MIN_AGE_MS: u64 = 5_000;
+/// is not assisted) demotes only fast-tier pages in MGLRU generations at
+/// least this old, milliseconds. MGLRU's eviction takes only generations
+/// older than the two youngest, so after the swap's own aging those hold
+/// the pages untouched since the aging before: with a swap (an aging) every
+/// cycle, pages idle for a cycle (2 s at the default interval). The pages
+/// it brings up faulted within the daemon's hot latency (250 ms by
+/// default) of a NUMA-balancing scan; a page of the hottest tenth of the
+/// demo's cache tenants (touched ~11 times a second) is idle for 2 s with
+/// a chance of 10⁻⁹, one at the equal split's edge (1.5/s) 5 % of the time.
+/// 5 s (until session 75) found ~1 MiB a swap in those tenants, whose
+/// least popular page is touched about once a second (docs/NOTES.md
+/// "Session 75").
+pub const HOT_SWAP_MIN_AGE_MS: u64 = 1_500;
 
 /// Most doublings of the wait before an assist after assists that found
 /// nothing hot on the lower tier (10 s → 20, 40, 80 s at the default

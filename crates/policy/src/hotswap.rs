@@ -3,25 +3,29 @@
 //!
 //! Each swap costs an MGLRU aging of the container on the fast node (a walk
 //! of its page tables: `cgroupctl::LruGen::evict_cold`) and a recall of its
-//! known-hot pages. Swapping every cycle made the age phase 7× and tierd's
-//! CPU 2× the plain defaults' in the demo, and in a steady state much of
-//! the volume was tail pages for tail pages (docs/NOTES.md "Hot swap").
-//! What the swap repairs is made when the set of containers changes: a
-//! newcomer that took DRAM first come with pages it never touches again,
-//! an incumbent cut to its share in seconds that lost hot pages with its
-//! cold ones. So the swap is bounded twice:
+//! known-hot pages. Kept always on, much of its volume in a steady state
+//! was tail pages for tail pages (docs/NOTES.md "Hot swap"). What the swap
+//! repairs is made when the set of containers changes: a newcomer that took
+//! DRAM first come with pages it never touches again, an incumbent cut to
+//! its share in seconds that lost hot pages with its cold ones. So the swap
+//! is bounded twice:
 //! - in time: only within [`crate::PolicyParams::hot_swap_window_ms`] of
 //!   the last arrival or exit (0: always);
-//! - in rate: a container swaps at most once every [`HOT_SWAP_PERIOD_MS`],
-//!   so one aging serves the known-hot pages of several cycles.
+//! - in rate: a container swaps at most once every [`HOT_SWAP_PERIOD_MS`].
+//!   A cycle apart is what makes a swap find anything: its aging leaves
+//!   evictable the pages untouched since the aging before (the previous
+//!   swap's), and a cache tenant touches every page about once a second.
+//!   Six seconds apart (until session 75), a swap found ~1 MiB idle
+//!   whatever it asked, and so kept aging for little (docs/NOTES.md
+//!   "Session 75").
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
 use crate::model::{ContainerId, HotSwapState, Membership};
 
 /// A container's hot swaps are at least this far apart, milliseconds
-/// (three cycles at the default 2 s interval).
-pub const HOT_SWAP_PERIOD_MS: u64 = 6_000;
+/// (every cycle at the default 2 s interval, every other at 1 s).
+pub const HOT_SWAP_PERIOD_MS: u64 = 1_500;
 
 /// Says whether the hot swap's window is open at `now_ms`: an arrival or
 /// exit (`members`, recorded this cycle; the first cycle counts as one: the

@@ -640,8 +640,8 @@ pub struct LimitsConfig {
     pub band_trade: bool,
     /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
     /// target (damped or not) with at least a quarter band of known-hot pages
-    /// on the lower tier demotes as many of its fast-tier pages idle for
-    /// 5 s and recall moves the hot ones into the room (needs lru_gen and
+    /// on the lower tier demotes as many of its fast-tier pages idle for a
+    /// cycle and recall moves the hot ones into the room (needs lru_gen and
     /// `daemon.recall`; goes with `hotness.hot_latency`), at most once every
     /// `policy::HOT_SWAP_PERIOD_MS` per container. Off by default: in the
     /// demo it put the newcomers' hottest pages on DRAM but cost tiering CPU

@@ -2002,10 +2002,10 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// promotes nothing, and recall serves only containers under their target:
 /// with `hot_swap = false` the hot set stays below (the baseline, same
 /// boot). With it, the probe's hint-fault latencies mark the hot pages,
-/// tierd demotes idle pages (MGLRU generations 5 s old) and recall moves
+/// tierd demotes idle pages (MGLRU generations 1.5 s old) and recall moves
 /// the hot ones into the room: the hot set reaches DRAM while the
 /// container's DRAM stays at its target. The swap's window is off
-/// (`hot_swap_window = "0"`): the hot set took 47–52 s to come up, close
+/// (`hot_swap_window = "0"`): the hot set took 47–56 s to come up, close
 /// to the default 60 s window, and the window is the policy tests' to show.
 #[test]
 fn a_container_at_its_target_swaps_idle_pages_for_its_hot_lower_tier_pages() {
