@@ -284,8 +284,8 @@ impl Controller {
             Ok(taken) => {
                 self.swap_room.insert(m.id, taken);
                 tracing::debug!(container = %m.path, asked = bytes, cold = taken,
-                    "swap: demoted its pages untouched for {} s",
-                    min_age_ms / 1000);
+                    "swap: demoted its pages untouched for {:.1} s",
+                    min_age_ms as f64 / 1000.0);
                 let c = ContainerLabels {
                     cgroup: m.path.clone(),
                 };
