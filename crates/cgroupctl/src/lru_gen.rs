@@ -41,6 +41,17 @@ pub const LRU_GEN_ENABLED: &str = "kernel/mm/lru_gen/enabled";
 /// (MIN_NR_GENS in include/linux/mmzone.h).
 const MIN_NR_GENS: u64 = 2;
 
+/// Default least time between two agings of one memcg on one node in
+/// [`LruGen::demote`] ([`LruGen::with_aging_gap`]), milliseconds: 0, back
+/// to back. The pages a demotion takes after two agings are those
+/// untouched between the two page-table walks, so the gap decides how cold
+/// they are: back to back (~0.1 s apart under TCG) a page touched 7 times
+/// a second — the edge of a Zipf(0.99) cache's hottest tenth — is
+/// untouched half the time and demoted with the cold ones; 0.5 s apart,
+/// 3 % of the time. Not the default: the wait delays the room a filling
+/// newcomer needs (docs/NOTES.md "Session 76").
+pub const AGING_GAP_MS: u64 = 0;
+
 /// One generation of one memcg on one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation {
@@ -186,12 +197,16 @@ pub struct Eviction {
     /// the file after each): the part of a demotion that does not scale
     /// with the pages asked but with the memcg's whole mapped footprint.
     pub aging: Duration,
+    /// Time slept before an aging so that it came the aging gap after the
+    /// one before it ([`LruGen::with_aging_gap`]; no CPU).
+    pub waited: Duration,
 }
 
 /// The lru_gen file of a debugfs mount.
 #[derive(Debug, Clone)]
 pub struct LruGen {
     file: PathBuf,
+    aging_gap: Duration,
 }
 
 impl LruGen {
@@ -226,11 +241,21 @@ impl LruGen {
                     .into(),
             });
         }
-        Ok(LruGen { file })
+        Ok(LruGen {
+            file,
+            aging_gap: Duration::from_millis(AGING_GAP_MS),
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.file
+    }
+
+    /// The least time between two agings of one memcg on one node in
+    /// [`Self::demote`] (default [`AGING_GAP_MS`]; zero: back to back).
+    pub fn with_aging_gap(mut self, gap: Duration) -> Self {
+        self.aging_gap = gap;
+        self
     }
 
     /// Every memcg's generations.
@@ -322,7 +347,10 @@ impl LruGen {
     /// memcg `m` (as last read) from `node`, oldest generation first. When
     /// fewer are evictable it ages the memcg on that node first (at most
     /// twice: the second aging leaves in the old generations only what was
-    /// not touched between the two page-table walks). `swappiness` (0–200, as
+    /// not touched between the two page-table walks). An aging waits (sleeps)
+    /// until the youngest generation is as old as the aging gap
+    /// ([`Self::with_aging_gap`]), so those pages were untouched for at
+    /// least that long. `swappiness` (0–200, as
     /// `vm.swappiness`) weighs anon against file pages.
     ///
     /// Errors: [`Error::Vanished`] for a memcg gone from lru_gen,
@@ -343,9 +371,20 @@ impl LruGen {
         }
         let mut m = m.clone();
         while m.evictable_pages(node) < pages && out.agings < 2 {
-            let Some(max) = m.max_seq(node) else {
+            let Some(youngest) = m
+                .nodes
+                .get(&node)
+                .and_then(|g| g.iter().max_by_key(|g| g.seq).copied())
+            else {
                 return Ok(out);
             };
+            let max = youngest.seq;
+            let young = Duration::from_millis(youngest.age_ms);
+            if young < self.aging_gap {
+                let wait = self.aging_gap - young;
+                std::thread::sleep(wait);
+                out.waited += wait;
+            }
             let start = Instant::now();
             self.command(&format!("+ {} {node} {max} 1 1", m.id))?;
             out.agings += 1;

@@ -677,6 +677,20 @@ pub struct LimitsConfig {
     /// instead of spilling to the lower tier to be promoted back. On by
     /// default (docs/NOTES.md "Session 69", "Session 70").
     pub arrival_lookahead: bool,
+    /// The least time between the two agings of a demotion through MGLRU's
+    /// eviction command (`daemon.demotion`): when a container's pages all
+    /// sit in its two youngest generations, tierd ages it, waits this long,
+    /// ages it again and demotes what was untouched in between. Back to
+    /// back (0) that window is the length of a page-table walk, and pages
+    /// at the edge of a cache's hottest tenth go with the cold ones
+    /// ([`cgroupctl::lru_gen::AGING_GAP_MS`]; docs/NOTES.md "Session 76").
+    /// Default 0: in the demo "500ms" kept an incumbent's hottest pages on
+    /// DRAM better when a newcomer arrived, but the wait, once per cycle
+    /// while the newcomer filled, left the newcomer's allocations to spill
+    /// to the lower tier. At most half of `daemon.interval`: the cycle
+    /// waits.
+    #[serde(deserialize_with = "de_duration")]
+    pub aging_gap: Duration,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -719,6 +733,7 @@ impl Default for LimitsConfig {
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
+            aging_gap: Duration::from_millis(cgroupctl::lru_gen::AGING_GAP_MS),
         }
     }
 }
@@ -1001,6 +1016,15 @@ impl Config {
                 format!(
                     "{:?} is shorter than 100ms; sampling memory.numa_stat that often costs more than it tells",
                     d.interval
+                ),
+            ));
+        }
+        if raw.limits.aging_gap > d.interval / 2 {
+            return Err(bad(
+                "limits.aging_gap",
+                format!(
+                    "{:?} is longer than half of daemon.interval ({:?}); a demotion's cycle waits that long",
+                    raw.limits.aging_gap, d.interval
                 ),
             ));
         }
@@ -1814,6 +1838,7 @@ mod tests {
             ),
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
+            ("[limits]\naging_gap = \"1500ms\"\n", "limits.aging_gap"),
             (
                 "[limits]\npromote_scan_period = \"10ms\"\n",
                 "limits.promote_scan_period",

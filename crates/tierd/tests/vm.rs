@@ -252,6 +252,112 @@ grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
     );
 }
 
+/// A demotion that needs two agings (every page of the container in its
+/// two youngest generations) takes the pages untouched between them. A
+/// cache paced at 300k accesses/s over 300 MiB touches the edge of its
+/// hottest tenth ~3.5 times a second: back to back (the default
+/// `aging_gap`, a walk's length apart) a good part of that tenth is
+/// untouched and goes with the cold pages; 0.5 s apart little of it does.
+/// Kernel promotion is off and tierd's held to 4 KiB/s (`promotion =
+/// "tierd"`, `promote_rate`), so what the cache reports of its hottest
+/// tenth on DRAM once capped at half is what the demotions left.
+/// Both runs in one boot, one after the other.
+#[test]
+fn a_demotion_spaces_its_agings_and_keeps_the_hottest_tenth() {
+    let g = boot(
+        r#"
+set -e
+. /tests/lib.sh
+# run NAME GAP: the cache alone, capped at half by tierd with aging_gap GAP
+# ("": the default, 0); its report two fresh reports after it reached the cap.
+run() {
+    mkcg tenants.slice/$1
+    W=$(start_log tenants.slice/$1 /tmp/$1.log tierload zipf --size-mib 300 --zipf-s 0.99 --seed 1 --rate 300000 --report-s 1)
+    wait_usage tenants.slice/$1 295 120
+    n0=$(node_mib tenants.slice/$1 0)
+    echo "START $1 $n0"
+    gap=""
+    [ -n "$2" ] && gap="aging_gap = \"$2\""
+    cat > /tmp/t.toml <<EOF
+[daemon]
+interval = "2s"
+promotion = "tierd"
+[hotness]
+source = "damon"
+[limits]
+promote_rate = "4KiB"
+global_promote_rate = "4KiB"
+$gap
+[[policy]]
+match = "tenants.slice/$1"
+local_high = "50%"
+EOF
+    tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
+    T=$!
+    wait_http 30
+    i=0
+    # Within the band (16 MiB here) of half its usage.
+    until [ $(( $(node_mib tenants.slice/$1 0) * 2 )) -le $(( $(usage_mib tenants.slice/$1) + 40 )) ]; do
+        i=$((i + 1)); [ $i -gt 240 ] && { echo "WARN: $1 not capped: $(node_mib tenants.slice/$1 0) MiB"; break; }
+        sleep 0.5
+    done
+    n=$(reports /tmp/$1.log)
+    j=0
+    until [ $(reports /tmp/$1.log) -ge $((n + 2)) ]; do
+        j=$((j + 1)); [ $j -gt 100 ] && { echo "WARN: $1 reports stopped"; break; }
+        sleep 0.2
+    done
+    emit_report $1 /tmp/$1.log
+    emit_node tenants.slice/$1
+    kill -TERM $T
+    rc=0; wait $T || rc=$?
+    echo "TIERD-EXIT $1 $rc"
+    kill $W; wait_empty tenants.slice/$1 30
+}
+run gap0 ""
+run gap 500ms
+"#,
+        600,
+    );
+    assert_eq!(g.exit_code, 0, "{}", g.output);
+    assert!(!g.output.contains("WARN:"), "{}", g.output);
+    let top10 = |name: &str| -> f64 {
+        let r = reports(&g.output, name);
+        let (_, last) = r
+            .last()
+            .unwrap_or_else(|| panic!("no report of {name}:\n{}", g.output));
+        last["top10_residency"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{last}"))
+    };
+    for name in ["gap0", "gap"] {
+        assert_eq!(
+            field(&g.output, &format!("TIERD-EXIT {name}")),
+            "0",
+            "{}",
+            g.output
+        );
+        let n = nodes(&g.output, &format!("tenants.slice/{name}"));
+        let (fast, lower) = *n.last().unwrap();
+        // Capped at half (within the 16 MiB band and a few MiB of drift):
+        // both runs demoted about the same.
+        assert!(
+            lower >= 100 && 2 * fast <= fast + lower + 48,
+            "{name}: {fast} MiB on DRAM, {lower} on the lower tier\n{}",
+            g.output
+        );
+    }
+    let (back_to_back, spaced) = (top10("gap0"), top10("gap"));
+    eprintln!(
+        "hottest tenth on DRAM: agings back to back {back_to_back:.3}, 0.5 s apart {spaced:.3}"
+    );
+    assert!(
+        spaced >= 0.97 && spaced > back_to_back,
+        "hottest tenth on DRAM: back to back {back_to_back:.3}, 0.5 s apart {spaced:.3}\n{}",
+        g.output
+    );
+}
+
 #[test]
 fn at_target_container_is_not_demoted() {
     // Same boot, same load, twice: a steady 300 MiB container (30 MiB hot,
