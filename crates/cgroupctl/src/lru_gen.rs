@@ -73,9 +73,14 @@ pub struct MemcgGens {
 }
 
 impl MemcgGens {
+    /// The youngest generation on `node`.
+    pub fn youngest(&self, node: u32) -> Option<Generation> {
+        self.nodes.get(&node)?.iter().max_by_key(|g| g.seq).copied()
+    }
+
     /// The youngest generation's sequence number on `node`.
     pub fn max_seq(&self, node: u32) -> Option<u64> {
-        self.nodes.get(&node)?.iter().map(|g| g.seq).max()
+        self.youngest(node).map(|g| g.seq)
     }
 
     /// Pages of the memcg on `node`, every generation.
@@ -91,8 +96,7 @@ impl MemcgGens {
     /// pages touched meanwhile still sit in older generations.
     pub fn young_pages(&self, node: u32, max_age_ms: u64, stale_ms: u64) -> Option<u64> {
         let gens = self.nodes.get(&node)?;
-        let youngest = gens.iter().max_by_key(|g| g.seq)?;
-        if youngest.age_ms >= stale_ms {
+        if self.youngest(node)?.age_ms >= stale_ms {
             return None;
         }
         Some(
@@ -197,9 +201,6 @@ pub struct Eviction {
     /// the file after each): the part of a demotion that does not scale
     /// with the pages asked but with the memcg's whole mapped footprint.
     pub aging: Duration,
-    /// Time slept before an aging so that it came the aging gap after the
-    /// one before it ([`LruGen::with_aging_gap`]; no CPU).
-    pub waited: Duration,
 }
 
 /// The lru_gen file of a debugfs mount.
@@ -308,11 +309,7 @@ impl LruGen {
             ..Eviction::default()
         };
         let mut m = m.clone();
-        let youngest = m
-            .nodes
-            .get(&node)
-            .and_then(|g| g.iter().max_by_key(|g| g.seq).copied());
-        let Some(youngest) = youngest else {
+        let Some(youngest) = m.youngest(node) else {
             return Ok(out);
         };
         if pages == 0 {
@@ -371,19 +368,13 @@ impl LruGen {
         }
         let mut m = m.clone();
         while m.evictable_pages(node) < pages && out.agings < 2 {
-            let Some(youngest) = m
-                .nodes
-                .get(&node)
-                .and_then(|g| g.iter().max_by_key(|g| g.seq).copied())
-            else {
+            let Some(youngest) = m.youngest(node) else {
                 return Ok(out);
             };
             let max = youngest.seq;
             let young = Duration::from_millis(youngest.age_ms);
             if young < self.aging_gap {
-                let wait = self.aging_gap - young;
-                std::thread::sleep(wait);
-                out.waited += wait;
+                std::thread::sleep(self.aging_gap - young);
             }
             let start = Instant::now();
             self.command(&format!("+ {} {node} {max} 1 1", m.id))?;

@@ -685,10 +685,9 @@ pub struct LimitsConfig {
     /// at the edge of a cache's hottest tenth go with the cold ones
     /// ([`cgroupctl::lru_gen::AGING_GAP_MS`]; docs/NOTES.md "Session 76").
     /// Default 0: in the demo "500ms" kept an incumbent's hottest pages on
-    /// DRAM better when a newcomer arrived, but the wait, once per cycle
-    /// while the newcomer filled, left the newcomer's allocations to spill
-    /// to the lower tier. At most half of `daemon.interval`: the cycle
-    /// waits.
+    /// DRAM better when a newcomer arrived, but slowed the room made for
+    /// the newcomer while it filled, and its allocations spilled to the
+    /// lower tier. At most half of `daemon.interval`: the cycle waits.
     #[serde(deserialize_with = "de_duration")]
     pub aging_gap: Duration,
 }
