@@ -62,14 +62,18 @@ wait_fast() {
 }
 
 # on_lower CG MIB ARGS...: starts tierload ARGS in CG with its pages on node
-# 1 (cpuset.mems = 1 until its usage reaches MIB, at most 90 s; the caller
-# enables the cpuset controller on the way down), then lets it use both nodes.
+# 1 (cpuset.mems = 1 until its usage reaches MIB and tierload has written
+# its whole buffer, at most 90 s; the caller enables the cpuset controller on
+# the way down), then lets it use both nodes. tierload's output goes to
+# /tmp/on_lower.<last path component>.log.
 on_lower() {
     local cg=$1 mib=$2; shift 2
+    local log=/tmp/on_lower.${cg##*/}.log
     mkcg $cg
     echo 1 > $CG/$cg/cpuset.mems
-    start_in $cg tierload "$@" > /dev/null
+    start_log $cg $log tierload "$@" > /dev/null
     wait_usage $cg $mib 90 || return 1
+    wait_log $log 'touched in' 60 || return 1
     echo 0-1 > $CG/$cg/cpuset.mems
 }
 
@@ -194,8 +198,21 @@ hot_set_on_node1() {
     echo 1 > $CG/tenants.slice/a/cpuset.mems
     start_log tenants.slice/a /tmp/a.log tierload hotset --size-mib 192 --hot-mib 48 --report-s 1 > /dev/null
     wait_usage tenants.slice/a 185 90 || exit 1
+    # The usage mark comes while the last few MiB are still being written;
+    # widening the cpuset then would put them on node 0.
+    wait_log /tmp/a.log 'touched in' 60 || exit 1
     echo 0-1 > $CG/tenants.slice/a/cpuset.mems
     emit_node tenants.slice/a
+}
+
+# wait_log FILE TEXT TIMEOUT_S: waits until FILE contains TEXT; fails past
+# TIMEOUT_S.
+wait_log() {
+    local i=0
+    until grep -q "$2" "$1" 2>/dev/null; do
+        i=$((i + 1)); [ "$i" -gt "$(( $3 * 2 ))" ] && { echo "FAIL: no '$2' in $1 after $3 s"; return 1; }
+        sleep 0.5
+    done
 }
 
 # emit_goals: one `GOAL metric value nid path` line per DAMOS quota goal of
