@@ -41,17 +41,6 @@ pub const LRU_GEN_ENABLED: &str = "kernel/mm/lru_gen/enabled";
 /// (MIN_NR_GENS in include/linux/mmzone.h).
 const MIN_NR_GENS: u64 = 2;
 
-/// Default least time between two agings of one memcg on one node in
-/// [`LruGen::demote`] ([`LruGen::with_aging_gap`]), milliseconds: 0, back
-/// to back. The pages a demotion takes after two agings are those
-/// untouched between the two page-table walks, so the gap decides how cold
-/// they are: back to back (~0.1 s apart under TCG) a page touched 7 times
-/// a second — the edge of a Zipf(0.99) cache's hottest tenth — is
-/// untouched half the time and demoted with the cold ones; 0.5 s apart,
-/// 3 % of the time. Not the default: the wait delays the room a filling
-/// newcomer needs (docs/NOTES.md "Session 76").
-pub const AGING_GAP_MS: u64 = 0;
-
 /// One generation of one memcg on one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation {
@@ -207,7 +196,6 @@ pub struct Eviction {
 #[derive(Debug, Clone)]
 pub struct LruGen {
     file: PathBuf,
-    aging_gap: Duration,
 }
 
 impl LruGen {
@@ -242,21 +230,11 @@ impl LruGen {
                     .into(),
             });
         }
-        Ok(LruGen {
-            file,
-            aging_gap: Duration::from_millis(AGING_GAP_MS),
-        })
+        Ok(LruGen { file })
     }
 
     pub fn path(&self) -> &Path {
         &self.file
-    }
-
-    /// The least time between two agings of one memcg on one node in
-    /// [`Self::demote`] (default [`AGING_GAP_MS`]; zero: back to back).
-    pub fn with_aging_gap(mut self, gap: Duration) -> Self {
-        self.aging_gap = gap;
-        self
     }
 
     /// Every memcg's generations.
@@ -345,9 +323,12 @@ impl LruGen {
     /// fewer are evictable it ages the memcg on that node first (at most
     /// twice: the second aging leaves in the old generations only what was
     /// not touched between the two page-table walks). An aging waits (sleeps)
-    /// until the youngest generation is as old as the aging gap
-    /// ([`Self::with_aging_gap`]), so those pages were untouched for at
-    /// least that long. `swappiness` (0–200, as
+    /// until the youngest generation is `gap` old, so those pages were
+    /// untouched for at least that long: back to back (0; ~0.1 s apart
+    /// under TCG) a page touched 7 times a second, the edge of a
+    /// Zipf(0.99) cache's hottest tenth, is untouched half the time and
+    /// demoted with the cold ones; 0.5 s apart, 3 % of the time
+    /// (docs/NOTES.md "Session 76"). `swappiness` (0–200, as
     /// `vm.swappiness`) weighs anon against file pages.
     ///
     /// Errors: [`Error::Vanished`] for a memcg gone from lru_gen,
@@ -358,6 +339,7 @@ impl LruGen {
         node: u32,
         pages: u64,
         swappiness: u32,
+        gap: Duration,
     ) -> Result<Eviction> {
         let mut out = Eviction {
             asked_pages: pages,
@@ -373,8 +355,8 @@ impl LruGen {
             };
             let max = youngest.seq;
             let young = Duration::from_millis(youngest.age_ms);
-            if young < self.aging_gap {
-                std::thread::sleep(self.aging_gap - young);
+            if young < gap {
+                std::thread::sleep(gap - young);
             }
             let start = Instant::now();
             self.command(&format!("+ {} {node} {max} 1 1", m.id))?;

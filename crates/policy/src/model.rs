@@ -299,6 +299,16 @@ pub struct PolicyParams {
     /// promoted back page by page while the incumbents are demoted anyway.
     /// On by default.
     pub arrival_lookahead: bool,
+    /// The least time between the two agings of a demotion through the
+    /// multi-gen LRU (`cgroupctl::LruGen::demote`), in ms, while no
+    /// container is filling its share ([`Plan::aging_gap_ms`]; 0: back to
+    /// back always). A cache whose pages all sit in its two youngest
+    /// generations gives up what was untouched between the two page-table
+    /// walks: back to back that window is a walk's length (~0.1 s under
+    /// emulation) and a demo tenant leaves the edge of its hottest tenth
+    /// untouched in it about half the time; 0.5 s apart, 3 % of the time
+    /// (docs/NOTES.md "Session 76"). Default 500.
+    pub aging_gap_ms: u64,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -353,6 +363,7 @@ impl Default for PolicyParams {
             arrival_assist: false,
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
+            aging_gap_ms: 500,
         }
     }
 }
@@ -544,6 +555,16 @@ pub struct Plan {
     /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
     /// daemon need not count known-hot pages below for the next cycle.
     pub hot_swap_open: bool,
+    /// The least time between a demotion's two agings this cycle, ms:
+    /// [`PolicyParams::aging_gap_ms`] while no container is filling its
+    /// share, else 0. The wait keeps a container's hottest pages when it is
+    /// cut to its share (a steady container over its target, an incumbent
+    /// after a newcomer's allocation); while a newcomer allocates, the
+    /// cycles that make room for it must not wait, or its allocations spill
+    /// to the lower tier (docs/NOTES.md "Session 76": the gap always on
+    /// left cold-hog's newcomer at 112–220 MiB of DRAM at 20 s against
+    /// 363–416).
+    pub aging_gap_ms: u64,
 }
 
 impl Plan {

@@ -548,6 +548,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             .map(|(c, _)| c.id)
             .collect(),
         hot_swap_open,
+        aging_gap_ms: if filling.contains(&true) {
+            0
+        } else {
+            params.aging_gap_ms
+        },
     }
 }
 

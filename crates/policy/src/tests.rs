@@ -36,6 +36,7 @@ fn params() -> PolicyParams {
         arrival_assist: false,
         arrival_window_ms: 0,
         arrival_lookahead: false,
+        aging_gap_ms: 0,
     }
 }
 
@@ -668,6 +669,47 @@ fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
     let plan = solve(&s, &p, &mut st);
     assert!(plan.filling.is_empty());
     assert_eq!(low(&plan, 1), 700 * MIB, "at its target, the ordinary rule");
+}
+
+/// A demotion's agings are spaced (`Plan::aging_gap_ms`) except while a
+/// newcomer fills its share: then the cycles making room for its
+/// allocations must not wait. Spaced on the daemon's first cycle (nobody
+/// fills), back to back from the arrival while the newcomer grows by more
+/// than the band a cycle, spaced again once it stops (the incumbent's
+/// demotion to its share, an over-target container in a steady state), and
+/// back to back always with a gap of 0.
+#[test]
+fn a_demotion_spaces_its_agings_unless_a_newcomer_fills() {
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        arrival_window_ms: 30_000,
+        aging_gap_ms: 500,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    let mut s = snap(800 * MIB, vec![c(1, 700 * MIB, 0)]);
+    s.elapsed_ms = 2_000;
+    assert_eq!(solve(&s, &p, &mut st).aging_gap_ms, 500, "first cycle");
+    s.containers.push(c(2, 0, 0));
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!((plan.filling.as_slice(), plan.aging_gap_ms), (&[2][..], 0));
+    s.containers[0] = c(1, 500 * MIB, 200 * MIB);
+    s.containers[1] = c(2, 250 * MIB, 100 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!((plan.filling.as_slice(), plan.aging_gap_ms), (&[2][..], 0));
+    // Grown by less than the band: the incumbent, over its target, is cut
+    // with spaced agings.
+    s.containers[1] = c(2, 250 * MIB, 110 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.filling.is_empty());
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(plan.aging_gap_ms, 500);
+    let off = PolicyParams {
+        aging_gap_ms: 0,
+        ..p.clone()
+    };
+    assert_eq!(solve(&s, &off, &mut st.clone()).aging_gap_ms, 0);
 }
 
 /// Arrival lookahead: a newcomer filling its share and under its target

@@ -146,6 +146,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 arrival_assist,
                 arrival_window_ms,
                 arrival_lookahead,
+                aging_gap_ms: 500,
             },
         )
 }

@@ -683,11 +683,13 @@ pub struct LimitsConfig {
     /// ages it again and demotes what was untouched in between. Back to
     /// back (0) that window is the length of a page-table walk, and pages
     /// at the edge of a cache's hottest tenth go with the cold ones
-    /// ([`cgroupctl::lru_gen::AGING_GAP_MS`]; docs/NOTES.md "Session 76").
-    /// Default 0: in the demo "500ms" kept an incumbent's hottest pages on
-    /// DRAM better when a newcomer arrived, but slowed the room made for
-    /// the newcomer while it filled, and its allocations spilled to the
-    /// lower tier. At most half of `daemon.interval`: the cycle waits.
+    /// ([`policy::PolicyParams::aging_gap_ms`]). Not while a newcomer fills
+    /// its share ([`policy::Plan::aging_gap_ms`]): the cycles that make
+    /// room for its allocations do not wait (always on, the gap let
+    /// cold-hog's newcomer spill to the lower tier; docs/NOTES.md "Session
+    /// 76"). Default 500 ms, cut to half of `daemon.interval` when that is
+    /// shorter; a value set longer than half the interval is an error (the
+    /// cycle waits).
     #[serde(deserialize_with = "de_duration")]
     pub aging_gap: Duration,
 }
@@ -732,7 +734,7 @@ impl Default for LimitsConfig {
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
-            aging_gap: Duration::from_millis(cgroupctl::lru_gen::AGING_GAP_MS),
+            aging_gap: Duration::from_millis(p.aging_gap_ms),
         }
     }
 }
@@ -1018,7 +1020,9 @@ impl Config {
                 ),
             ));
         }
-        if raw.limits.aging_gap > d.interval / 2 {
+        if raw.limits.aging_gap > d.interval / 2
+            && raw.limits.aging_gap != LimitsConfig::default().aging_gap
+        {
             return Err(bad(
                 "limits.aging_gap",
                 format!(
@@ -1527,6 +1531,7 @@ impl Config {
             arrival_assist: l.arrival_assist,
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,
+            aging_gap_ms: l.aging_gap.min(self.daemon.interval / 2).as_millis() as u64,
         }
     }
 }

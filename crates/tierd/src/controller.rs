@@ -311,7 +311,6 @@ fn demotion_mechanism(cfg: &Config) -> Result<Option<LruGen>> {
     }
     match LruGen::open(&d.debugfs_root, &d.sysfs_root) {
         Ok(g) => {
-            let g = g.with_aging_gap(cfg.limits.aging_gap);
             tracing::info!(file = %g.path().display(),
                 "demotion through the multi-gen LRU's eviction command: per node, oldest generation first, the bytes asked");
             Ok(Some(g))

@@ -255,9 +255,11 @@ grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
 /// A demotion that needs two agings (every page of the container in its
 /// two youngest generations) takes the pages untouched between them. A
 /// cache paced at 300k accesses/s over 300 MiB touches the edge of its
-/// hottest tenth ~3.5 times a second: back to back (the default
-/// `aging_gap`, a walk's length apart) a good part of that tenth is
-/// untouched and goes with the cold pages; 0.5 s apart little of it does.
+/// hottest tenth ~3.5 times a second: back to back (`aging_gap = "0s"`, a
+/// walk's length apart) a good part of that tenth is untouched and goes
+/// with the cold pages; 0.5 s apart (the default `aging_gap`, used since
+/// nobody is filling: tierd starts after the cache is allocated) little of
+/// it does.
 /// Kernel promotion is off and tierd's held to 4 KiB/s (`promotion =
 /// "tierd"`, `promote_rate`), so what the cache reports of its hottest
 /// tenth on DRAM once capped at half is what the demotions left.
@@ -269,7 +271,8 @@ fn a_demotion_spaces_its_agings_and_keeps_the_hottest_tenth() {
 set -e
 . /tests/lib.sh
 # run NAME GAP: the cache alone, capped at half by tierd with aging_gap GAP
-# ("": the default, 0); its report two fresh reports after it reached the cap.
+# ("": the default, 500ms; nobody is filling, so it holds); its report two
+# fresh reports after it reached the cap.
 run() {
     mkcg tenants.slice/$1
     W=$(start_log tenants.slice/$1 /tmp/$1.log tierload zipf --size-mib 300 --zipf-s 0.99 --seed 1 --rate 300000 --report-s 1)
@@ -314,8 +317,8 @@ EOF
     echo "TIERD-EXIT $1 $rc"
     kill $W; wait_empty tenants.slice/$1 30
 }
-run gap0 ""
-run gap 500ms
+run gap0 0s
+run gap ""
 "#,
         600,
     );

@@ -102,9 +102,10 @@ enum Mode {
     /// for a filling newcomer's next allocation (the default before
     /// session 70).
     TierdNoLookahead,
-    /// `tierd` with `limits.aging_gap = "500ms"`: a demotion's two agings
-    /// at least 0.5 s apart (docs/NOTES.md "Session 76").
-    TierdGap,
+    /// `tierd` with `limits.aging_gap = "0s"`: a demotion's two agings
+    /// back to back whether or not a newcomer fills (the shipped behaviour
+    /// before session 78; docs/NOTES.md "Session 76").
+    TierdNoGap,
 }
 
 impl Mode {
@@ -126,7 +127,7 @@ impl Mode {
             Mode::TierdOpen => "tierd-open",
             Mode::TierdLimited => "tierd-limited",
             Mode::TierdNoLookahead => "tierd-no-lookahead",
-            Mode::TierdGap => "tierd-gap",
+            Mode::TierdNoGap => "tierd-no-gap",
         }
     }
 
@@ -160,7 +161,7 @@ impl Mode {
             Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
             Mode::TierdNoLookahead => &[("limits", "arrival_lookahead", toml::Value::from(false))],
-            Mode::TierdGap => &[("limits", "aging_gap", toml::Value::from("500ms"))],
+            Mode::TierdNoGap => &[("limits", "aging_gap", toml::Value::from("0s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1075,7 +1076,7 @@ fn run_mode(
         | Mode::TierdOpen
         | Mode::TierdLimited
         | Mode::TierdNoLookahead
-        | Mode::TierdGap => {
+        | Mode::TierdNoGap => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;

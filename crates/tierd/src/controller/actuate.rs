@@ -75,6 +75,7 @@ impl Controller {
         // lower tier has taken pages so far (the rest waits for the
         // next cycle: the plan asks again).
         let mut allowance = Allowance::new(&self.demotion_pace, self.cfg.daemon.interval);
+        let gap = Duration::from_millis(plan.aging_gap_ms);
         self.swap_room.clear();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
@@ -114,7 +115,7 @@ impl Controller {
                     break;
                 }
                 let started = Instant::now();
-                let result = self.demote(m, demote, &mut gens, &mut agings);
+                let result = self.demote(m, demote, &mut gens, &mut agings, gap);
                 // Only a write that went through measures the device.
                 if result.is_ok() {
                     self.demotion_pace.observe(demote, started.elapsed());
@@ -209,13 +210,15 @@ impl Controller {
     /// fewer were evictable even after aging. Else one `memory.reclaim`
     /// write (every node, LRU order; under MGLRU it can take several times
     /// the bytes asked: docs/NOTES.md "memory.reclaim overshoots under
-    /// MGLRU"). The agings run are added to `agings`.
+    /// MGLRU"). The agings run are added to `agings`; two agings of one
+    /// memcg are at least `gap` apart (`Plan::aging_gap_ms`).
     pub(super) fn demote(
         &mut self,
         m: &Managed,
         bytes: u64,
         gens: &mut Option<Vec<MemcgGens>>,
         agings: &mut Agings,
+        gap: Duration,
     ) -> cgroupctl::Result<ReclaimOutcome> {
         let mut bytes = bytes;
         if self.cfg.policies[m.policy_index].file_first && !self.file_first_unsupported {
@@ -238,7 +241,7 @@ impl Controller {
             bytes -= file;
         }
         let fast = self.topo.fast_nodes();
-        match self.demote_lru_gen(m, bytes, gens, agings, self.swappiness, &fast) {
+        match self.demote_lru_gen(m, bytes, gens, agings, self.swappiness, &fast, gap) {
             Some(Err(e))
                 if matches!(
                     e.raw_os_error(),
@@ -377,7 +380,8 @@ impl Controller {
     /// lru_gen or lru_gen does not list the container. `swappiness` 0
     /// evicts file pages only; `nodes` are the nodes evicted from, in
     /// proportion to the container's pages on each (the fast nodes for a
-    /// demotion).
+    /// demotion); `gap` spaces two agings of one memcg on one node.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn demote_lru_gen(
         &self,
         m: &Managed,
@@ -386,6 +390,7 @@ impl Controller {
         agings: &mut Agings,
         swappiness: u32,
         nodes: &NodeSet,
+        gap: Duration,
     ) -> Option<cgroupctl::Result<ReclaimOutcome>> {
         let lg = self.lru_gen.as_ref()?;
         let parts = match self.lru_gen_parts(m, gens, nodes)? {
@@ -400,7 +405,7 @@ impl Controller {
         let mut short = false;
         for (g, node, pages) in parts {
             let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
-            match lg.demote(g, node, share, swappiness) {
+            match lg.demote(g, node, share, swappiness, gap) {
                 Ok(ev) => {
                     short |= ev.evictable_pages < ev.asked_pages;
                     agings.count += u64::from(ev.agings);
