@@ -638,6 +638,12 @@ pub struct LimitsConfig {
     /// theirs give the room. Off by default (docs/NOTES.md "The inside-band
     /// trade").
     pub band_trade: bool,
+    /// Headroom from inside the band (`policy::PolicyParams::headroom_in_band`):
+    /// the room the fast tier needs that the containers over target + band
+    /// do not give comes from those above their targets inside their bands,
+    /// by tierd's demotion rather than kswapd's. Off by default
+    /// (docs/NOTES.md "Session 78").
+    pub headroom_in_band: bool,
     /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
     /// target (damped or not) with at least a quarter band of known-hot pages
     /// on the lower tier demotes as many of its fast-tier pages idle for a
@@ -729,6 +735,7 @@ impl Default for LimitsConfig {
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
             promote_hot_threshold: PROMOTE_HOT_THRESHOLD,
             band_trade: p.band_trade,
+            headroom_in_band: p.headroom_in_band,
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             arrival_assist: p.arrival_assist,
@@ -1532,6 +1539,7 @@ impl Config {
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,
             aging_gap_ms: l.aging_gap.min(self.daemon.interval / 2).as_millis() as u64,
+            headroom_in_band: l.headroom_in_band,
         }
     }
 }
