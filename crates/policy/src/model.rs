@@ -318,7 +318,9 @@ pub struct PolicyParams {
     /// are unprotected above their targets) but in its own reclaim order,
     /// which in a cache whose pages are all young takes hot pages with cold
     /// ones; tierd's demotion spaces its agings ([`Self::aging_gap_ms`]).
-    /// Off by default (an experiment: docs/NOTES.md "Session 78").
+    /// Off by default: in the demo it kept the headroom free by steady
+    /// churn, BEHIND kernel tiering on tiering CPU and second-half
+    /// migrations (docs/NOTES.md "Session 78").
     pub headroom_in_band: bool,
 }
 

@@ -641,8 +641,8 @@ pub struct LimitsConfig {
     /// Headroom from inside the band (`policy::PolicyParams::headroom_in_band`):
     /// the room the fast tier needs that the containers over target + band
     /// do not give comes from those above their targets inside their bands,
-    /// by tierd's demotion rather than kswapd's. Off by default
-    /// (docs/NOTES.md "Session 78").
+    /// by tierd's demotion rather than kswapd's. Off by default: it cost
+    /// tiering CPU and steady churn in the demo (docs/NOTES.md "Session 78").
     pub headroom_in_band: bool,
     /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
     /// target (damped or not) with at least a quarter band of known-hot pages
