@@ -309,19 +309,6 @@ pub struct PolicyParams {
     /// untouched in it about half the time; 0.5 s apart, 3 % of the time
     /// (docs/NOTES.md "Session 76"). Default 500.
     pub aging_gap_ms: u64,
-    /// Headroom from inside the band: while the fast tier needs room
-    /// ([`Plan::need_bytes`]) that the containers over target + band do not
-    /// give, the containers above their targets inside their bands give the
-    /// rest, in proportion to their excess, down to their targets at most.
-    /// Without it that room is made by kswapd when the kernel's promotion
-    /// runs the node under its watermark, from the same containers (they
-    /// are unprotected above their targets) but in its own reclaim order,
-    /// which in a cache whose pages are all young takes hot pages with cold
-    /// ones; tierd's demotion spaces its agings ([`Self::aging_gap_ms`]).
-    /// Off by default: in the demo it kept the headroom free by steady
-    /// churn, BEHIND kernel tiering on tiering CPU and second-half
-    /// migrations (docs/NOTES.md "Session 78").
-    pub headroom_in_band: bool,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -377,7 +364,6 @@ impl Default for PolicyParams {
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
             aging_gap_ms: 500,
-            headroom_in_band: false,
         }
     }
 }

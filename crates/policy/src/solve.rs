@@ -382,27 +382,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         .saturating_add(claims)
         .saturating_add(trade_claims)
         .saturating_sub(snapshot.fast_capacity_bytes);
-    let mut over = limit_to_need(over, &plans, &cs, need_bytes);
-    // Headroom from inside the band (PolicyParams::headroom_in_band): what
-    // the containers over their targets leave of the need comes from those
-    // above their targets inside their bands, before the kernel's
-    // promotion runs the node under its watermark and kswapd takes it.
-    if params.headroom_in_band {
-        let given = over.iter().fold(0u64, |acc, &(_, w)| acc.saturating_add(w));
-        let left = need_bytes.saturating_sub(given);
-        let inband: Vec<(usize, u64)> = plans
-            .iter()
-            .zip(&cs)
-            .enumerate()
-            .filter(|(_, (p, c))| {
-                p.state == PlacementState::AtTarget && !p.assisted && c.fast_bytes > p.target_bytes
-            })
-            .map(|(i, (p, c))| (i, c.fast_bytes - p.target_bytes))
-            .collect();
-        if left > 0 && !inband.is_empty() {
-            over.extend(limit_to_need(inband, &plans, &cs, left));
-        }
-    }
+    let over = limit_to_need(over, &plans, &cs, need_bytes);
     for (i, take) in spend(over, &mut demote_tokens, &mut global_demote) {
         plans[i].demote_bytes = take;
     }

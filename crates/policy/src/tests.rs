@@ -37,7 +37,6 @@ fn params() -> PolicyParams {
         arrival_window_ms: 0,
         arrival_lookahead: false,
         aging_gap_ms: 0,
-        headroom_in_band: false,
     }
 }
 
@@ -670,58 +669,6 @@ fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
     let plan = solve(&s, &p, &mut st);
     assert!(plan.filling.is_empty());
     assert_eq!(low(&plan, 1), 700 * MIB, "at its target, the ordinary rule");
-}
-
-/// Headroom from inside the band: two identical tenants (targets 468 MiB
-/// of a 936 MiB pool), one 22 MiB above its target and one 13 below, both
-/// inside their 23 MiB bands, 55 MiB free against a 64 MiB headroom. Off,
-/// nobody is demoted (kswapd makes the 9 MiB when the kernel's promotion
-/// needs it); on, the one above its target gives them, and never more
-/// than its excess.
-#[test]
-fn the_headroom_comes_from_inside_the_band_when_asked() {
-    let p = PolicyParams {
-        demand: DemandSource::Usage,
-        headroom_bytes: 64 * MIB,
-        band_fraction: 0.05,
-        band_min_bytes: 16 * MIB,
-        ..params()
-    };
-    let s = snap(
-        1000 * MIB,
-        vec![c(1, 490 * MIB, 110 * MIB), c(2, 455 * MIB, 145 * MIB)],
-    );
-    let off = run(&s, &p);
-    assert_eq!((target(&off, 1), target(&off, 2)), (468 * MIB, 468 * MIB));
-    assert_eq!(off.need_bytes, 9 * MIB);
-    for id in [1, 2] {
-        assert_eq!(off.get(id).unwrap().state, PlacementState::AtTarget);
-        assert_eq!(off.get(id).unwrap().demote_bytes, 0);
-    }
-    let on = run(
-        &s,
-        &PolicyParams {
-            headroom_in_band: true,
-            ..p.clone()
-        },
-    );
-    assert_eq!(on.get(1).unwrap().demote_bytes, 9 * MIB);
-    assert_eq!(on.get(2).unwrap().demote_bytes, 0);
-    // 40 MiB short: the excess (22 MiB) is all it gives.
-    let s = snap(
-        1000 * MIB,
-        vec![c(1, 490 * MIB, 110 * MIB), c(2, 486 * MIB, 114 * MIB)],
-    );
-    let on = run(
-        &s,
-        &PolicyParams {
-            headroom_in_band: true,
-            ..p
-        },
-    );
-    assert_eq!(on.need_bytes, 40 * MIB);
-    assert_eq!(on.get(1).unwrap().demote_bytes, 22 * MIB);
-    assert_eq!(on.get(2).unwrap().demote_bytes, 18 * MIB);
 }
 
 /// A demotion's agings are spaced (`Plan::aging_gap_ms`) except while a

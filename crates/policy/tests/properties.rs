@@ -107,7 +107,6 @@ fn params() -> impl Strategy<Value = PolicyParams> {
             any::<bool>(),
             prop_oneof![Just(0u64), Just(30_000u64)],
             any::<bool>(),
-            any::<bool>(),
         ),
     )
         .prop_map(
@@ -123,13 +122,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
-                (
-                    hot_swap_window_ms,
-                    arrival_assist,
-                    arrival_window_ms,
-                    arrival_lookahead,
-                    headroom_in_band,
-                ),
+                (hot_swap_window_ms, arrival_assist, arrival_window_ms, arrival_lookahead),
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -154,7 +147,6 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 arrival_window_ms,
                 arrival_lookahead,
                 aging_gap_ms: 500,
-                headroom_in_band,
             },
         )
 }
@@ -269,15 +261,13 @@ proptest! {
             if pc.swap_bytes > 0 {
                 prop_assert!(pc.state == PlacementState::AtTarget && own_demote == 0 && own_promote == 0, "{pc:?}");
             }
-            // Over target, or above it inside the band for a trader or
-            // the headroom.
+            // Over target, or above it inside the band for a trader.
             if own_demote > 0 {
                 prop_assert!(
                     pc.state == PlacementState::OverTarget
                         || (pc.state == PlacementState::AtTarget
                             && c.fast_bytes > pc.target_bytes
-                            && (p.headroom_in_band
-                                || plan.containers.iter().any(|t| t.band_trade))),
+                            && plan.containers.iter().any(|t| t.band_trade)),
                     "{pc:?}"
                 );
             }
@@ -465,13 +455,6 @@ proptest! {
             // itself: no one else's demotion and not the headroom's.
             let own = pc.demote_bytes.saturating_sub(pc.swap_bytes);
             discretionary += u128::from(own.saturating_sub(above_high));
-            // Inside its band a container gives at most its bytes above
-            // its target, and only for a trader or the headroom
-            // (band_trade, headroom_in_band).
-            if pc.state == PlacementState::AtTarget && own > 0 {
-                prop_assert!(p.headroom_in_band || p.band_trade, "{pc:?}");
-                prop_assert!(own <= c.fast_bytes.saturating_sub(pc.target_bytes), "{pc:?}");
-            }
             prop_assert!(pc.swap_bytes <= pc.promote_bytes, "{pc:?}");
             if pc.swap_bytes > 0 {
                 // Within-share swap (assisted: DAMON's hot regions) or hot

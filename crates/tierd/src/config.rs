@@ -638,12 +638,6 @@ pub struct LimitsConfig {
     /// theirs give the room. Off by default (docs/NOTES.md "The inside-band
     /// trade").
     pub band_trade: bool,
-    /// Headroom from inside the band (`policy::PolicyParams::headroom_in_band`):
-    /// the room the fast tier needs that the containers over target + band
-    /// do not give comes from those above their targets inside their bands,
-    /// by tierd's demotion rather than kswapd's. Off by default: it cost
-    /// tiering CPU and steady churn in the demo (docs/NOTES.md "Session 78").
-    pub headroom_in_band: bool,
     /// Hot swap (`policy::ContainerPlan::swap_bytes`): a container at its
     /// target (damped or not) with at least a quarter band of known-hot pages
     /// on the lower tier demotes as many of its fast-tier pages idle for a
@@ -735,7 +729,6 @@ impl Default for LimitsConfig {
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
             promote_hot_threshold: PROMOTE_HOT_THRESHOLD,
             band_trade: p.band_trade,
-            headroom_in_band: p.headroom_in_band,
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             arrival_assist: p.arrival_assist,
@@ -1539,7 +1532,6 @@ impl Config {
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,
             aging_gap_ms: l.aging_gap.min(self.daemon.interval / 2).as_millis() as u64,
-            headroom_in_band: l.headroom_in_band,
         }
     }
 }
@@ -1596,6 +1588,21 @@ mod tests {
 
     fn parse(s: &str) -> Result<Config, ConfigError> {
         Config::parse(s, Path::new("/etc/tierd/test.toml"))
+    }
+
+    /// The default aging gap (500 ms) is cut to half a short interval
+    /// rather than refused; a gap set longer than that by hand is refused.
+    #[test]
+    fn the_default_aging_gap_is_cut_to_half_the_interval() {
+        let c = parse("[daemon]\ninterval = \"500ms\"\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.policy_params().aging_gap_ms, 250);
+        let c = parse("").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.policy_params().aging_gap_ms, 500);
+        let Err(e) = parse("[daemon]\ninterval = \"500ms\"\n[limits]\naging_gap = \"400ms\"\n")
+        else {
+            panic!("400ms over a 500ms interval was accepted");
+        };
+        assert!(e.to_string().contains("limits.aging_gap"), "{e}");
     }
 
     #[test]
