@@ -267,9 +267,9 @@ pub struct PolicyParams {
     pub band_trade: bool,
     /// Hot swap ([`ContainerPlan::swap_bytes`] for a container that is not
     /// assisted): a container at its target trades its idle fast-tier pages
-    /// for its known-hot lower-tier pages. Off by default: in the demo it
-    /// put the newcomers' hottest pages on DRAM but cost tiering CPU (the
-    /// agings) and DRAM held (docs/NOTES.md "Hot swap").
+    /// for its known-hot lower-tier pages. On by default since session 79:
+    /// in the whole demo, two repeats on 6.12 and 7.3, it was behind kernel
+    /// tiering on fewer rows than without it (docs/NOTES.md "Session 79").
     pub hot_swap: bool,
     /// The hot swap runs only this long after an arrival or exit (the
     /// daemon's first cycle counts as one), in ms; 0: always. What it
@@ -358,7 +358,7 @@ impl Default for PolicyParams {
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
             band_trade: false,
-            hot_swap: false,
+            hot_swap: true,
             hot_swap_window_ms: 60_000,
             arrival_assist: false,
             arrival_window_ms: 30_000,

@@ -493,7 +493,7 @@ pub struct HotnessConfig {
     /// that unmapped its page (the latency the kernel's own hot-page test
     /// measures, read by the probe) marks the page hot, as a kernel
     /// promotion does: recall takes it first and the hot swap trades it
-    /// in. 0 (the default) turns it off; "250ms", a quarter of the kernel's
+    /// in. 0 turns it off; the default, "250ms", a quarter of the kernel's
     /// default threshold, goes with `limits.hot_swap`: at the kernel's 1 s
     /// a page touched once every 3 s passes a quarter of the time and the
     /// lower tier's tail outnumbers its misplaced hot pages. docs/NOTES.md
@@ -552,7 +552,7 @@ impl Default for HotnessConfig {
             node_samples: 16384,
             hint_faults: HintFaultSource::Auto,
             nodes_shift: hotness::probe::DEFAULT_NODES_SHIFT,
-            hot_latency: Duration::ZERO,
+            hot_latency: Duration::from_millis(250),
         }
     }
 }
@@ -643,9 +643,8 @@ pub struct LimitsConfig {
     /// on the lower tier demotes as many of its fast-tier pages idle for a
     /// cycle and recall moves the hot ones into the room (needs lru_gen and
     /// `daemon.recall`; goes with `hotness.hot_latency`), at most once every
-    /// `policy::HOT_SWAP_PERIOD_MS` per container. Off by default: in the
-    /// demo it put the newcomers' hottest pages on DRAM but cost tiering CPU
-    /// and DRAM held (docs/NOTES.md "Hot swap").
+    /// `policy::HOT_SWAP_PERIOD_MS` per container. On by default (see
+    /// `policy::PolicyParams::hot_swap`); without lru_gen it does nothing.
     pub hot_swap: bool,
     /// How long after an arrival or exit (and tierd's start) the hot swap
     /// runs; "0": always.
@@ -1584,6 +1583,14 @@ mod tests {
                 ld.promote_hot_threshold
             )
         );
+        // The hot swap is on by default, with the latency that marks pages
+        // for it (docs/NOTES.md "Session 79").
+        assert_eq!((l.hot_swap, h.hot_latency), (ld.hot_swap, hd.hot_latency));
+        assert_eq!(
+            (ld.hot_swap, hd.hot_latency),
+            (true, Duration::from_millis(250))
+        );
+        assert!(c.policy_params().hot_swap);
     }
 
     fn parse(s: &str) -> Result<Config, ConfigError> {

@@ -85,10 +85,10 @@ enum Mode {
     /// The scenario's config with `limits.band_trade = true` (the
     /// inside-band trade), to compare with `tierd` in the same boot.
     TierdTrade,
-    /// The scenario's config with `limits.hot_swap = true` and
-    /// `hotness.hot_latency = "250ms"` (the hot swap), to compare with
-    /// `tierd` in the same boot.
-    TierdSwap,
+    /// The scenario's config with `limits.hot_swap = false` and
+    /// `hotness.hot_latency = "0"` (the defaults before session 79: no hot
+    /// swap), to compare with `tierd` in the same boot.
+    TierdNoSwap,
     /// `tierd` with `limits.arrival_assist = true`, to compare with `tierd`
     /// in the same boot.
     TierdArrival,
@@ -122,7 +122,7 @@ impl Mode {
             Mode::TierdHot => "tierd-hot",
             Mode::TierdHeat => "tierd-heat",
             Mode::TierdTrade => "tierd-trade",
-            Mode::TierdSwap => "tierd-swap",
+            Mode::TierdNoSwap => "tierd-no-swap",
             Mode::TierdArrival => "tierd-arrival",
             Mode::TierdOpen => "tierd-open",
             Mode::TierdLimited => "tierd-limited",
@@ -153,9 +153,9 @@ impl Mode {
             ],
             Mode::TierdHeat => &[("hotness", "source", toml::Value::from("damon"))],
             Mode::TierdTrade => &[("limits", "band_trade", toml::Value::from(true))],
-            Mode::TierdSwap => &[
-                ("limits", "hot_swap", toml::Value::from(true)),
-                ("hotness", "hot_latency", toml::Value::from("250ms")),
+            Mode::TierdNoSwap => &[
+                ("limits", "hot_swap", toml::Value::from(false)),
+                ("hotness", "hot_latency", toml::Value::from("0")),
             ],
             Mode::TierdArrival => &[("limits", "arrival_assist", toml::Value::from(true))],
             Mode::TierdOpen => &[("limits", "steady_promote_rate", toml::Value::from("0"))],
@@ -1071,7 +1071,7 @@ fn run_mode(
         | Mode::TierdHot
         | Mode::TierdHeat
         | Mode::TierdTrade
-        | Mode::TierdSwap
+        | Mode::TierdNoSwap
         | Mode::TierdArrival
         | Mode::TierdOpen
         | Mode::TierdLimited
@@ -2115,9 +2115,10 @@ mod tests {
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
         assert_eq!(v["daemon"]["interval"].as_str(), Some("1s"));
         assert_eq!(Mode::Tierd.tierd_config(text).unwrap(), text);
-        let v: toml::Table = toml::from_str(&Mode::TierdSwap.tierd_config(text).unwrap()).unwrap();
-        assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(true));
-        assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("250ms"));
+        let v: toml::Table =
+            toml::from_str(&Mode::TierdNoSwap.tierd_config(text).unwrap()).unwrap();
+        assert_eq!(v["limits"]["hot_swap"].as_bool(), Some(false));
+        assert_eq!(v["hotness"]["hot_latency"].as_str(), Some("0"));
         assert_eq!(v["limits"]["band"].as_str(), Some("5%"));
         // The steady-state gate's two other settings: open, and limited.
         let v: toml::Table = toml::from_str(&Mode::TierdOpen.tierd_config(text).unwrap()).unwrap();
