@@ -528,11 +528,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         now_ms,
         snapshot.elapsed_ms,
         steady,
-        settled,
         snapshot.hot_below_bytes,
         params.hot_below_bytes_per_s,
         params.steady_ms,
-        params.limit_settled,
     );
 
     Plan {
