@@ -1065,7 +1065,7 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
     let tierd_modes: Vec<usize> = (0..modes.len()).filter(|&i| Some(i) != kernel).collect();
     let mut t = String::new();
     let mut behind = Vec::new();
-    for (n, r) in per_run[0].iter().enumerate() {
+    for (n, r) in metric_order(&per_run).into_iter().enumerate() {
         let _ = write!(
             t,
             "| {} | {} |",
@@ -1077,7 +1077,7 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
             .map(|i| {
                 per_run
                     .iter()
-                    .filter_map(|rows| rows[n].values[i])
+                    .filter_map(|rows| rows.iter().find(|x| x.metric == r.metric)?.values[i])
                     .collect()
             })
             .collect();
@@ -1149,6 +1149,28 @@ pub fn verdict(sc: &ScenarioFile, runs: &[&Series], modes: &[String]) -> (String
         t.push('\n');
     }
     (t, behind)
+}
+
+/// The verdict's rows over all runs, each metric once, in the order the
+/// runs show them. A run shows some rows only where they were measured (a
+/// kdamond's CPU where one ran), so a row's position differs from run to
+/// run: values are matched by metric, never by position. A row only a
+/// later run has goes after the row it follows there.
+fn metric_order(per_run: &[Vec<VerdictRow>]) -> Vec<&VerdictRow> {
+    let mut order: Vec<&VerdictRow> = Vec::new();
+    for rows in per_run {
+        let mut at = 0;
+        for r in rows {
+            match order.iter().position(|o| o.metric == r.metric) {
+                Some(p) => at = p + 1,
+                None => {
+                    order.insert(at, r);
+                    at += 1;
+                }
+            }
+        }
+    }
+    order
 }
 
 /// Median of `v` (the mean of the middle two for an even count); `None`
@@ -1828,6 +1850,45 @@ args = ["hotset", "--size-mib", "800", "--hot-mib", "50", "--report-s", "5"]
         // One bad tierd run out of three does not move the median.
         let (rows, _) = verdict_of(&[[0.90, 0.95], [0.90, 0.50], [0.90, 0.96]]);
         assert!(rows.contains("| 0.950 (0.500–0.960) | ahead |"), "{rows}");
+    }
+
+    #[test]
+    fn a_row_shown_in_one_run_only_does_not_shift_the_others() {
+        let modes = vec!["kernel".to_string(), "tierd".to_string()];
+        // Two runs of 40 s. A kdamond ran under tierd in the first only
+        // (10% of a core), so its row shows in that run and not in the
+        // second. Pages migrated: 10k then 30k under kernel tiering, 20k
+        // then 40k under tierd.
+        let mut out = String::new();
+        for (k, kdamond, pages) in [(1, 0.1, [10e3, 20e3]), (2, 0.0, [30e3, 40e3])] {
+            out += &format!("{REPEAT_MARKER} {k}\n");
+            for (mode, n) in ["kernel", "tierd"].into_iter().zip(pages) {
+                let kd = if mode == "tierd" { kdamond } else { 0.0 };
+                for t in [0.0, 40.0] {
+                    out += &format!(
+                        "HOST {{\"scenario\":\"v\",\"mode\":\"{mode}\",\"t_s\":{t},\"pgmigrate_success\":{},\"fast_used_bytes\":9,\"fast_total_bytes\":10,\"tierd_cpu_s\":0,\"kernel_tiering_cpu_s\":{},\"kdamond_cpu_s\":{},\"workload_system_cpu_s\":0,\"kernel_promotion_cpu_s\":0,\"damon_stat_cpu_s\":0}}\n",
+                        n * t / 40.0,
+                        kd * t,
+                        kd * t,
+                    );
+                }
+            }
+        }
+        let series = parse_repeats(&out);
+        let runs: Vec<&Series> = series["v"].iter().collect();
+        let (rows, _) = verdict(&scenario_v(), &runs, &modes);
+        assert!(
+            rows.contains(
+                "| pages migrated in all (thousands) | 20.0 (10.0–30.0) | 30.0 (20.0–40.0) | – |"
+            ),
+            "{rows}"
+        );
+        assert!(
+            rows.contains("| of which kdamond (% of one core) | 0.0 | 10.0 | – |"),
+            "{rows}"
+        );
+        // Each metric once.
+        assert_eq!(rows.matches("pages migrated in all").count(), 1, "{rows}");
     }
 
     #[test]
