@@ -252,11 +252,6 @@ pub struct PolicyParams {
     /// ([`PromoteGate::Limited`]) for [`PolicyParams::steady_ms`] and closed
     /// again. 0: never closed (limited for as long as the plan is steady).
     pub hot_below_bytes_per_s: u64,
-    /// With the kernel's promotion: while a container is over its target
-    /// + band and the plan is not steady, the kernel's promotion is limited
-    /// ([`PromoteGate::Limited`]) rather than open: what an under-target
-    /// container is owed, tierd recalls (its declined hint faults).
-    pub limit_over: bool,
     /// With the kernel's promotion: for how long after a container arrives
     /// the daemon shortens NUMA balancing's scan period while it is under
     /// its target − band ([`Plan::scan_paced`]), in ms; 0: never.
@@ -360,7 +355,6 @@ impl Default for PolicyParams {
             tierd_promotes: false,
             steady_ms: 10_000,
             hot_below_bytes_per_s: 256 << 10,
-            limit_over: false,
             scan_pace_ms: 30_000,
             assist_after_ms: 10_000,
             band_trade: false,

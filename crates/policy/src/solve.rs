@@ -531,7 +531,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         snapshot.hot_below_bytes,
         params.hot_below_bytes_per_s,
         params.steady_ms,
-        params.limit_over && plans.iter().any(|p| p.state == PlacementState::OverTarget),
     );
 
     Plan {

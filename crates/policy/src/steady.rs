@@ -80,7 +80,6 @@ pub(crate) fn pace_scan(
 /// cycles would keep the gate limited on the churn they cause.
 /// `hot_below_per_s` 0 or `hot_below_bytes` None (the kernel's counter
 /// unknown): limited for as long as the plan is steady, never closed.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn promote_gate(
     st: &mut SteadyState,
     now_ms: u64,
@@ -89,13 +88,8 @@ pub(crate) fn promote_gate(
     hot_below_bytes: Option<u64>,
     hot_below_per_s: u64,
     limited_ms: u64,
-    limit_over: bool,
 ) -> PromoteGate {
     let gate = match hot_below_bytes {
-        _ if !steady && limit_over => {
-            st.limited_until_ms = None;
-            PromoteGate::Limited
-        }
         _ if !steady => {
             st.limited_until_ms = None;
             PromoteGate::Open

@@ -28,7 +28,6 @@ fn params() -> PolicyParams {
         tierd_promotes: false,
         steady_ms: 10_000,
         hot_below_bytes_per_s: 256 << 10,
-        limit_over: false,
         scan_pace_ms: 30_000,
         assist_after_ms: 0,
         band_trade: false,

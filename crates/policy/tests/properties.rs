@@ -138,7 +138,6 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 tierd_promotes,
                 steady_ms: 10_000,
                 hot_below_bytes_per_s: 256 << 10,
-                limit_over: false,
                 scan_pace_ms: 30_000,
                 assist_after_ms,
                 band_trade,

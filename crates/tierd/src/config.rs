@@ -605,11 +605,6 @@ pub struct LimitsConfig {
     /// steady.
     #[serde(deserialize_with = "de_duration")]
     pub steady_after: Duration,
-    /// With `promotion = "kernel"`: while a container is over its target
-    /// + band, the kernel's promotion is held at `steady_promote_rate`
-    /// even though the plan is not steady, rather than left open
-    /// (`policy::PolicyParams::limit_over`).
-    pub limit_over: bool,
     /// With `promotion = "kernel"`: the longest NUMA-balancing scan period
     /// (debugfs `sched/numa_balancing/scan_period_max_ms`) while a newly
     /// arrived container is under its target ([`policy::Plan::scan_paced`]),
@@ -729,7 +724,6 @@ impl Default for LimitsConfig {
             steady_promote_rate: Bytes(STEADY_PROMOTE_RATE),
             steady_hot_below: Bytes(p.hot_below_bytes_per_s),
             steady_after: Duration::from_millis(p.steady_ms),
-            limit_over: p.limit_over,
             promote_scan_period: PROMOTE_SCAN_PERIOD,
             promote_scan_window: Duration::from_millis(p.scan_pace_ms),
             promote_hot_threshold: PROMOTE_HOT_THRESHOLD,
@@ -1509,7 +1503,6 @@ impl Config {
             need_window_ms: 10_000,
             tierd_promotes: promotion == PromotionMode::Tierd,
             steady_ms: l.steady_after.as_millis() as u64,
-            limit_over: l.limit_over && l.steady_promote_rate.0 > 0,
             hot_below_bytes_per_s: if l.steady_promote_rate.0 == 0 {
                 // tierd leaves the kernel's limit alone: nothing to close.
                 0

@@ -106,9 +106,6 @@ enum Mode {
     /// back to back whether or not a newcomer fills (the shipped behaviour
     /// before session 78; docs/NOTES.md "Session 76").
     TierdNoGap,
-    /// `tierd` with `limits.limit_over = true`: the kernel's promotion
-    /// limited once no container is under its target, before steady.
-    TierdOver,
 }
 
 impl Mode {
@@ -131,7 +128,6 @@ impl Mode {
             Mode::TierdLimited => "tierd-limited",
             Mode::TierdNoLookahead => "tierd-no-lookahead",
             Mode::TierdNoGap => "tierd-no-gap",
-            Mode::TierdOver => "tierd-over",
         }
     }
 
@@ -166,7 +162,6 @@ impl Mode {
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
             Mode::TierdNoLookahead => &[("limits", "arrival_lookahead", toml::Value::from(false))],
             Mode::TierdNoGap => &[("limits", "aging_gap", toml::Value::from("0s"))],
-            Mode::TierdOver => &[("limits", "limit_over", toml::Value::from(true))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1081,8 +1076,7 @@ fn run_mode(
         | Mode::TierdOpen
         | Mode::TierdLimited
         | Mode::TierdNoLookahead
-        | Mode::TierdNoGap
-        | Mode::TierdOver => {
+        | Mode::TierdNoGap => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
