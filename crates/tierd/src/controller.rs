@@ -29,6 +29,7 @@ mod publish;
 mod recall;
 mod revive;
 mod sample;
+mod unevictable;
 mod unmanaged;
 
 use crate::actuators::{
@@ -194,6 +195,9 @@ pub struct Controller {
     /// Bytes each container's hot swap evicted this cycle: the room its
     /// promotion half (recall) fills (`ContainerPlan::swap_bytes`).
     swap_room: HashMap<u64, u64>,
+    /// Over-target containers whose demotion reclaim does not take
+    /// (`unevictable.rs`).
+    unevictable: unevictable::Unevictable,
     /// The kernel's promotion rate limit in a steady state (`gate.rs`).
     gate: gate::PromotionGate,
     /// Containers under promotion assist at the last solve (`assist.rs`):
@@ -439,6 +443,7 @@ impl Controller {
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
             swap_room: HashMap::new(),
+            unevictable: unevictable::Unevictable::default(),
             assisted: HashSet::new(),
             owed: HashSet::new(),
             swapping: HashSet::new(),

@@ -77,11 +77,15 @@ impl Controller {
         let mut allowance = Allowance::new(&self.demotion_pace, self.cfg.daemon.interval);
         let gap = Duration::from_millis(plan.aging_gap_ms);
         self.swap_room.clear();
+        let mut demoting = HashSet::new();
         for m in managed {
             let Some(p) = plan.get(m.id) else { continue };
             let mut want = p
                 .demote_bytes
                 .saturating_sub(moved_down.get(&m.id).copied().unwrap_or(0));
+            // What this cycle's writes asked of reclaim, and whether it
+            // took less (for `unevictable.rs`).
+            let (mut asked, mut short) = (0, false);
             for pass in 0..2 {
                 if want.min(allowance.left()) < MIN_RECLAIM_BYTES {
                     break;
@@ -120,6 +124,8 @@ impl Controller {
                 if result.is_ok() {
                     self.demotion_pace.observe(demote, started.elapsed());
                 }
+                asked += demote;
+                short |= matches!(result, Ok(ReclaimOutcome::Short));
                 self.record_demotion(m, demote, swap_left, result);
                 // The write measured the tier: this container may take
                 // more of the cycle's room now, not a cycle later.
@@ -127,7 +133,12 @@ impl Controller {
                     break;
                 }
             }
+            if p.state == PlacementState::OverTarget && asked > 0 {
+                demoting.insert(m.id);
+                self.demote_unevictable(m, snapshot, short, asked);
+            }
         }
+        self.unevictable.retain(|c| demoting.contains(&c));
         self.offload(managed, &mut gens, &mut agings);
         // The kernel's demotion work runs in the writer's context: these
         // phases are where tierd's CPU goes when it demotes.
