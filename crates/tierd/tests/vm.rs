@@ -190,6 +190,12 @@ wait $! || true
 /// `memory.reclaim` write of a few MiB demotes up to a hundred. With the
 /// default `demotion = "auto"` tierd uses MGLRU's eviction command and the
 /// tenant's DRAM settles at its target instead of dropping below it.
+/// Polled each second until it is within the band, to 240 s, then 10 s
+/// more. How soon depends on the host: with the default `aging_gap` the
+/// eviction takes only pages untouched for half a second, and at session
+/// 81's workload speed that was ~3 MiB a second of this tenant (asked
+/// ~50 MiB a cycle); the 20 s this test allowed until then failed three
+/// runs in three (docs/NOTES.md "Session 81").
 #[test]
 fn demotion_stops_at_the_target_under_mglru() {
     let g = boot(
@@ -209,7 +215,19 @@ local_high = "60%"
 EOF
 tierd --config /tmp/t.toml run > /tmp/tierd.log 2>&1 &
 wait_http 30
-for i in $(seq 30); do emit_status; emit_node tenants.slice/cache; sleep 1; done
+# within: node 0 at or under 60 % of the usage + the band (16 MiB or 5 %).
+within() {
+    local f t b
+    f=$(node_mib tenants.slice/cache 0); t=$(( $(usage_mib tenants.slice/cache) * 6 / 10 ))
+    b=$((t / 20)); [ $b -lt 16 ] && b=16
+    [ $f -le $((t + b)) ]
+}
+i=0; more=10
+while [ $more -gt 0 ] && [ $i -lt 240 ]; do
+    i=$((i + 1))
+    if [ $more -lt 10 ] || within; then more=$((more - 1)); fi
+    emit_status; emit_node tenants.slice/cache; sleep 1
+done
 kill -TERM $!
 wait $! || true
 echo "DAMON_ASSIST_LINES $(grep -c 'DAMON only for containers under promotion assist' /tmp/tierd.log)"
@@ -240,11 +258,8 @@ grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
     let first = n
         .iter()
         .position(|&(fast, _)| fast <= t + b)
-        .unwrap_or_else(|| panic!("never demoted to target {t} + band {b} MiB: {n:?}"));
-    assert!(
-        first <= 20,
-        "took {first} s to reach target {t} + {b} MiB: {n:?}"
-    );
+        .unwrap_or_else(|| panic!("never demoted to target {t} + band {b} MiB in 240 s: {n:?}"));
+    eprintln!("at target {t} + band {b} MiB after {first} s");
     let low = n[first..].iter().map(|&(fast, _)| fast).min().unwrap();
     assert!(
         low + b >= t,

@@ -106,6 +106,10 @@ enum Mode {
     /// back to back whether or not a newcomer fills (the shipped behaviour
     /// before session 78; docs/NOTES.md "Session 76").
     TierdNoGap,
+    /// `tierd` with `limits.hot_swap_window = "120s"`: the hot swap open
+    /// for a full NUMA-balancing scan period (60 s at most) after a
+    /// newcomer settles at its target.
+    TierdWindow,
 }
 
 impl Mode {
@@ -128,6 +132,7 @@ impl Mode {
             Mode::TierdLimited => "tierd-limited",
             Mode::TierdNoLookahead => "tierd-no-lookahead",
             Mode::TierdNoGap => "tierd-no-gap",
+            Mode::TierdWindow => "tierd-window",
         }
     }
 
@@ -162,6 +167,7 @@ impl Mode {
             Mode::TierdLimited => &[("limits", "steady_hot_below", toml::Value::from("0"))],
             Mode::TierdNoLookahead => &[("limits", "arrival_lookahead", toml::Value::from(false))],
             Mode::TierdNoGap => &[("limits", "aging_gap", toml::Value::from("0s"))],
+            Mode::TierdWindow => &[("limits", "hot_swap_window", toml::Value::from("120s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1076,7 +1082,8 @@ fn run_mode(
         | Mode::TierdOpen
         | Mode::TierdLimited
         | Mode::TierdNoLookahead
-        | Mode::TierdNoGap => {
+        | Mode::TierdNoGap
+        | Mode::TierdWindow => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
