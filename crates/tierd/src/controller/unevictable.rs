@@ -22,6 +22,9 @@ use crate::mover::{MoveError, Mover};
 #[derive(Default)]
 pub(super) struct Unevictable {
     since: HashMap<u64, (Instant, u64)>,
+    /// Containers whose first move was logged (at info; later ones at
+    /// debug, until the container stops demoting).
+    said: HashSet<u64>,
     mover: Mover,
 }
 
@@ -60,6 +63,7 @@ impl Unevictable {
     /// Forgets containers that no longer demote.
     pub(super) fn retain(&mut self, demoting: impl Fn(u64) -> bool) {
         self.since.retain(|&c, _| demoting(c));
+        self.said.retain(|&c| demoting(c));
     }
 
     /// Moves up to `budget` bytes of the pages on `fast` nodes of the
@@ -144,9 +148,16 @@ impl Controller {
         let mv = self
             .unevictable
             .demote(&self.cg, &m.members, &fast, dest, asked);
-        tracing::info!(container = %m.path, asked, moved = mv.bytes,
-            "reclaim took none of this container's fast-tier pages for {:?} (all recently used); moved them with move_pages",
-            grace);
+        // A cap on an all-hot container moves every few intervals for as
+        // long as the kernel promotes its pages back: said once.
+        if self.unevictable.said.insert(m.id) {
+            tracing::info!(container = %m.path, asked, moved = mv.bytes,
+                "reclaim took none of this container's fast-tier pages for {:?} (all recently used); moved them with move_pages (logged again at debug)",
+                grace);
+        } else {
+            tracing::debug!(container = %m.path, asked, moved = mv.bytes,
+                "demotion reclaim will not take: moved with move_pages");
+        }
         self.record_move(
             std::slice::from_ref(m),
             m.id,
