@@ -12,7 +12,8 @@ use super::*;
 /// remainder only after the mover found nothing for a grace period: DAMON
 /// regions restart their age when they split, merge or are tried by DAMOS,
 /// so one empty cycle is not a stall (docs/NOTES.md, "The DAMOS mover on
-/// Linux 6.12").
+/// Linux 6.12"). The same clock says when `move_pages` takes over from
+/// reclaim that takes nothing (`unevictable.rs`).
 #[derive(Default)]
 pub(super) struct ColdStall {
     since: HashMap<u64, Instant>,
@@ -29,6 +30,11 @@ impl ColdStall {
         }
         let since = *self.since.entry(c).or_insert(now);
         now.duration_since(since) >= grace
+    }
+
+    /// Restarts container `c`'s clock at `now` (after the taking over).
+    pub(super) fn restart(&mut self, c: u64, now: Instant) {
+        self.since.insert(c, now);
     }
 
     /// Forgets containers that no longer demote.

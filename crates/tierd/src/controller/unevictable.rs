@@ -17,11 +17,13 @@
 use super::*;
 use crate::mover::{MoveError, Mover};
 
-/// Since when each over-target container's demotion has come back short,
-/// with its fast-tier bytes then.
+/// Which over-target containers' demotion reclaim has stopped taking.
 #[derive(Default)]
 pub(super) struct Unevictable {
-    since: HashMap<u64, (Instant, u64)>,
+    /// Since when each one's writes have been short with nothing taken.
+    stall: ColdStall,
+    /// Each one's fast-tier bytes at its last demotion write.
+    last_fast: HashMap<u64, u64>,
     /// Containers whose first move was logged (at info; later ones at
     /// debug, until the container stops demoting).
     said: HashSet<u64>,
@@ -29,13 +31,13 @@ pub(super) struct Unevictable {
 }
 
 impl Unevictable {
-    /// One demotion write of container `c` this cycle: `short` when reclaim
+    /// One cycle's demotion writes of container `c`: `short` when reclaim
     /// took less than asked, `fast_bytes` the container's fast-tier bytes
-    /// (bytes) before the write. Returns true once its demotion has been
-    /// short for at least `grace` with its fast-tier bytes never
-    /// [`MIN_RECLAIM_BYTES`] below where that run began; the clock then
-    /// restarts, so reclaim has its try again before the next move. A
-    /// write that is not short, or fast-tier bytes that fell, restart it.
+    /// (bytes) before them. Returns true once its writes have been short
+    /// for at least `grace` with its fast-tier bytes falling less than
+    /// [`MIN_RECLAIM_BYTES`] a cycle; the clock then restarts, so reclaim
+    /// has its try again before the next move. A write that is not short,
+    /// or fast-tier bytes that fell, restart it too.
     pub(super) fn stuck(
         &mut self,
         c: u64,
@@ -44,25 +46,21 @@ impl Unevictable {
         now: Instant,
         grace: Duration,
     ) -> bool {
-        if !short {
-            self.since.remove(&c);
+        let fell = self
+            .last_fast
+            .insert(c, fast_bytes)
+            .is_some_and(|prev| fast_bytes + MIN_RECLAIM_BYTES <= prev);
+        if !self.stall.stalled(c, !short || fell, now, grace) {
             return false;
         }
-        let (since, at) = *self.since.entry(c).or_insert((now, fast_bytes));
-        if fast_bytes + MIN_RECLAIM_BYTES <= at {
-            self.since.insert(c, (now, fast_bytes));
-            return false;
-        }
-        if now.duration_since(since) < grace {
-            return false;
-        }
-        self.since.insert(c, (now, fast_bytes));
+        self.stall.restart(c, now);
         true
     }
 
     /// Forgets containers that no longer demote.
     pub(super) fn retain(&mut self, demoting: impl Fn(u64) -> bool) {
-        self.since.retain(|&c, _| demoting(c));
+        self.stall.retain(&demoting);
+        self.last_fast.retain(|&c, _| demoting(c));
         self.said.retain(|&c| demoting(c));
     }
 
