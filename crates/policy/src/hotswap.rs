@@ -10,7 +10,10 @@
 //! its share in seconds that lost hot pages with its cold ones. So the swap
 //! is bounded twice:
 //! - in time: only within [`crate::PolicyParams::hot_swap_window_ms`] of
-//!   the last arrival or exit (0: always);
+//!   the last arrival or exit (0: always), and for a container that was
+//!   quiet when that window closed, within
+//!   [`crate::PolicyParams::hot_swap_extension_ms`] more, until its first
+//!   run of swaps past the close ends ([`container_open`]);
 //! - in rate: a container swaps at most once every [`HOT_SWAP_PERIOD_MS`].
 //!   A cycle apart is what makes a swap find anything: its aging leaves
 //!   evictable the pages untouched since the aging before (the previous
@@ -43,6 +46,57 @@ pub(crate) fn window_open(
         st.last_ms.retain(|&id, _| members.contains(id));
     }
     window_ms == 0 || members.changed_within(now_ms, window_ms)
+}
+
+/// A container that swapped less than this long before the hot swap's
+/// window closed was still finding known-hot pages below: its hint faults
+/// were flowing and the window served it, so it gets no extension
+/// ([`container_open`]), ms.
+pub const HOT_SWAP_QUIET_MS: u64 = 10_000;
+
+/// Whether the hot swap's window is open for container `id` at `now_ms`:
+/// within `window_ms` of the last arrival or exit (`members`; 0: always),
+/// or past that close but less than `extension_ms` after it for a
+/// container that was quiet at the close (no swap in the
+/// [`HOT_SWAP_QUIET_MS`] before it) and has not yet ended a run of swaps
+/// since: once it has swapped past the close, its window closes at the
+/// first cycle 2 × [`HOT_SWAP_PERIOD_MS`] after its last swap.
+///
+/// Why: NUMA balancing backs a task's scan off to
+/// `numa_balancing_scan_period_max_ms` (60 s by default,
+/// Documentation/admin-guide/sysctl/kernel.rst) once its faults settle, so
+/// a newcomer that reached its share ~30 s after arriving may see no hint
+/// fault, and so no known-hot page below, for up to a minute more; its
+/// first burst after that is what the swap exists for (docs/NOTES.md
+/// "Session 82"). A container whose swaps ran up to the close (a Zipf
+/// tenant's tail faults all the time) trades tail for tail: no extension.
+pub(crate) fn container_open(
+    st: &HotSwapState,
+    members: &Membership,
+    id: ContainerId,
+    now_ms: u64,
+    window_ms: u64,
+    extension_ms: u64,
+) -> bool {
+    if window_ms == 0 {
+        return true;
+    }
+    let Some(changed) = members.changed_ms else {
+        return false;
+    };
+    let close = changed.saturating_add(window_ms);
+    if now_ms < close {
+        return true;
+    }
+    if now_ms >= close.saturating_add(extension_ms) {
+        return false;
+    }
+    match st.last_ms.get(&id) {
+        None => true,
+        // Its run of swaps past the close: open while it goes on.
+        Some(&t) if t >= close => now_ms.saturating_sub(t) < 2 * HOT_SWAP_PERIOD_MS,
+        Some(&t) => t.saturating_add(HOT_SWAP_QUIET_MS) <= close,
+    }
 }
 
 /// Whether container `id` may swap at `now_ms`: it has not swapped in the
@@ -85,6 +139,39 @@ mod tests {
         assert!(!cycle(&mut st, &mut m, 150_000, &[a, b], 60_000));
         assert!(cycle(&mut st, &mut m, 160_000, &[b], 60_000), "exit");
         assert!(cycle(&mut st, &mut m, 1 << 40, &[b], 0), "0: always open");
+    }
+
+    #[test]
+    fn a_container_quiet_at_the_close_keeps_its_window_until_its_next_run_ends() {
+        let (mut st, mut m) = (HotSwapState::default(), Membership::default());
+        let (a, b, c): (ContainerId, ContainerId, ContainerId) = (1, 2, 3);
+        let (w, ext) = (60_000, 60_000);
+        cycle(&mut st, &mut m, 0, &[a, b, c], w);
+        // a swapped up to the close; b swapped long before it; c never.
+        record(&mut st, a, 55_000);
+        record(&mut st, b, 20_000);
+        let open = |st: &HotSwapState, id, now| container_open(st, &m, id, now, w, ext);
+        assert!(open(&st, a, 59_999), "inside the window");
+        assert!(!open(&st, a, 60_000), "its swaps ran up to the close");
+        assert!(
+            open(&st, b, 60_000) && open(&st, c, 60_000),
+            "quiet at the close"
+        );
+        // b's burst: a run of swaps every 2 s from 100 s, then none.
+        for t in [100_000, 102_000, 104_000] {
+            assert!(open(&st, b, t));
+            record(&mut st, b, t);
+        }
+        assert!(open(&st, b, 106_000), "one cycle without a swap");
+        assert!(!open(&st, b, 107_000), "the run has ended");
+        assert!(!open(&st, b, 115_000), "and stays closed");
+        assert!(open(&st, c, 119_999));
+        assert!(!open(&st, c, 120_000), "the extension's end");
+        assert!(!container_open(&st, &m, c, 60_000, w, 0), "no extension");
+        assert!(container_open(&st, &m, a, 1 << 40, 0, 0), "0: always open");
+        // An exit opens the window again for everyone.
+        cycle(&mut st, &mut m, 130_000, &[b, c], w);
+        assert!(container_open(&st, &m, b, 130_000, w, ext));
     }
 
     #[test]

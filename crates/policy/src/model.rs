@@ -275,6 +275,13 @@ pub struct PolicyParams {
     /// daemon's first cycle counts as one), in ms; 0: always. What it
     /// repairs is made when the set of containers changes (`hotswap.rs`).
     pub hot_swap_window_ms: u64,
+    /// How long past the close of `hot_swap_window_ms` a container that
+    /// was quiet at the close (no swap in its last
+    /// [`crate::HOT_SWAP_QUIET_MS`]) may still swap, ms, until its first run
+    /// of swaps after the close ends; 0: no extension. NUMA balancing's
+    /// scan of a settled newcomer can come a minute later
+    /// (`hotswap::container_open`).
+    pub hot_swap_extension_ms: u64,
     /// Arrival assist (`assist.rs`): within `hot_swap_window_ms` of an
     /// arrival or exit, a container inside its band but a quarter band or
     /// more under its target is assisted like one under its target − band
@@ -360,6 +367,7 @@ impl Default for PolicyParams {
             band_trade: false,
             hot_swap: true,
             hot_swap_window_ms: 60_000,
+            hot_swap_extension_ms: 60_000,
             arrival_assist: false,
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
@@ -454,7 +462,9 @@ pub struct ContainerPlan {
     ///
     /// Hot swap (with [`PolicyParams::hot_swap`]), the same for a container
     /// that is not assisted: at its target (damped or not), within
-    /// [`PolicyParams::hot_swap_window_ms`] of an arrival or exit and at most
+    /// [`PolicyParams::hot_swap_window_ms`] of an arrival or exit (or
+    /// [`PolicyParams::hot_swap_extension_ms`] more, for one quiet at the
+    /// window's close) and at most
     /// once every [`crate::HOT_SWAP_PERIOD_MS`], with at least a
     /// quarter band of known-hot pages on the lower tier
     /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
@@ -551,9 +561,11 @@ pub struct Plan {
     /// quarter interval while one is filling, each demoting (to the
     /// headroom, as [`Plan::need_bytes`] says) what the allocation took.
     pub filling: Vec<ContainerId>,
-    /// The hot swap's window is open ([`PolicyParams::hot_swap_window_ms`]);
-    /// false when [`PolicyParams::hot_swap`] is off. While it is closed the
-    /// daemon need not count known-hot pages below for the next cycle.
+    /// The hot swap's window is open for some container
+    /// ([`PolicyParams::hot_swap_window_ms`],
+    /// [`PolicyParams::hot_swap_extension_ms`]); false when
+    /// [`PolicyParams::hot_swap`] is off. While it is closed the daemon need
+    /// not count known-hot pages below for the next cycle.
     pub hot_swap_open: bool,
     /// The least time between a demotion's two agings this cycle, ms:
     /// [`PolicyParams::aging_gap_ms`] while no container is filling its

@@ -402,12 +402,24 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // The hot swap is the same for one that is not assisted, with its
     // known-hot pages: at least a quarter band of them (a smaller trade
     // is not worth the aging it takes), within a minute of an arrival or
-    // exit and at most once every few cycles (hotswap.rs: each swap is an
-    // aging of the container). Damped or not: its halves move
+    // exit (more for one quiet at that close, until its next burst) and at
+    // most once every few cycles (hotswap.rs: each swap is an aging of the
+    // container). Damped or not: its halves move
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
-    let hot_swap_open = params.hot_swap && window_open;
+    let swap_open = |id: ContainerId| {
+        params.hot_swap
+            && crate::hotswap::container_open(
+                &state.hot_swap,
+                &state.members,
+                id,
+                now_ms,
+                params.hot_swap_window_ms,
+                params.hot_swap_extension_ms,
+            )
+    };
+    let hot_swap_open = cs.iter().any(|c| swap_open(c.id));
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -422,7 +434,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             } else {
                 let known = cs[i].known_hot_below_bytes;
                 let min = (band_bytes(params, p.target_bytes) / 4).max(1);
-                if !hot_swap_open
+                if !swap_open(p.id)
                     || known < min
                     || !crate::hotswap::due(&state.hot_swap, p.id, now_ms)
                 {

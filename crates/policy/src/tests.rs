@@ -33,6 +33,7 @@ fn params() -> PolicyParams {
         band_trade: false,
         hot_swap: true,
         hot_swap_window_ms: 0,
+        hot_swap_extension_ms: 0,
         arrival_assist: false,
         arrival_window_ms: 0,
         arrival_lookahead: false,
@@ -2051,4 +2052,49 @@ fn the_hot_swap_runs_every_few_cycles_and_only_after_an_arrival_or_exit() {
     let mut after = s.clone();
     after.containers.remove(0);
     assert!(solve(&after, &p, &mut st).hot_swap_open);
+}
+
+/// The extension through `solve`: window 20 s, extension 20 s. Container 1
+/// finds known-hot pages below every cycle (a Zipf tail faulting all the
+/// time), so its swaps end with the window. Container 2 is quiet at the
+/// close (its hint faults paused) and has its burst at 30–34 s: it swaps
+/// through the burst, then never again.
+#[test]
+fn only_a_container_quiet_at_the_close_swaps_past_it_until_its_burst_ends() {
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        hot_swap_window_ms: 20_000,
+        hot_swap_extension_ms: 20_000,
+        ..params()
+    };
+    let mut s = hot_swap_case(0);
+    s.containers[0].known_hot_below_bytes = 8 * MIB;
+    let mut st = PolicyState::default();
+    let mut swaps: Vec<(u64, u64)> = Vec::new();
+    for _ in 0..25 {
+        // The clock is 2 s at the first cycle and 2 s more at each.
+        let next = st.clock_ms + s.elapsed_ms;
+        s.containers[1].known_hot_below_bytes =
+            if (30_000..=34_000).contains(&next) || next == 44_000 {
+                8 * MIB
+            } else {
+                0
+            };
+        let plan = solve(&s, &p, &mut st);
+        for pc in plan.containers.iter().filter(|pc| pc.swap_bytes > 0) {
+            swaps.push((pc.id, st.clock_ms));
+        }
+        match st.clock_ms {
+            28_000 => assert!(plan.hot_swap_open, "container 2's extension"),
+            38_000 => assert!(!plan.hot_swap_open, "its run has ended"),
+            _ => {}
+        }
+    }
+    let of = |id| -> Vec<u64> { swaps.iter().filter(|s| s.0 == id).map(|s| s.1).collect() };
+    assert_eq!(of(1), (1..=10).map(|k| k * 2_000).collect::<Vec<u64>>());
+    assert_eq!(
+        of(2),
+        vec![30_000, 32_000, 34_000],
+        "its burst, not the one at 44 s"
+    );
 }

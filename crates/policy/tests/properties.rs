@@ -107,6 +107,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
             any::<bool>(),
             prop_oneof![Just(0u64), Just(30_000u64)],
             any::<bool>(),
+            prop_oneof![Just(0u64), Just(60_000u64)],
         ),
     )
         .prop_map(
@@ -122,7 +123,13 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 assist_after_ms,
                 band_trade,
                 hot_swap,
-                (hot_swap_window_ms, arrival_assist, arrival_window_ms, arrival_lookahead),
+                (
+                    hot_swap_window_ms,
+                    arrival_assist,
+                    arrival_window_ms,
+                    arrival_lookahead,
+                    hot_swap_extension_ms,
+                ),
             )| PolicyParams {
                 demand,
                 headroom_bytes: headroom,
@@ -143,6 +150,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 band_trade,
                 hot_swap,
                 hot_swap_window_ms,
+                hot_swap_extension_ms,
                 arrival_assist,
                 arrival_window_ms,
                 arrival_lookahead,
@@ -501,8 +509,9 @@ proptest! {
 proptest! {
     /// Hot-swap pacing: whatever the snapshot and params, over a run of
     /// cycles with the same containers a non-assisted container swaps at
-    /// most once every HOT_SWAP_PERIOD_MS, and never once the window after
-    /// the first cycle (an arrival) has passed.
+    /// most once every HOT_SWAP_PERIOD_MS, and past the window after the
+    /// first cycle (an arrival) only within its extension, if it was quiet
+    /// at the close, until its run of swaps after it ends.
     #[test]
     fn the_hot_swap_is_paced_and_ends_with_its_window(
         s in snapshot(),
@@ -517,17 +526,30 @@ proptest! {
         }
         let mut st = PolicyState::default();
         let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
+        // The first cycle is at clock elapsed_ms: the window counts from it.
+        let close = s.elapsed_ms + p.hot_swap_window_ms;
         for _ in 0..cycles {
             let plan = solve(&s, &p, &mut st);
             let now = st.clock_ms;
             for pc in plan.containers.iter().filter(|pc| pc.swap_bytes > 0 && !pc.assisted) {
                 prop_assert!(p.hot_swap);
                 prop_assert!(plan.hot_swap_open);
-                // The first cycle is at clock elapsed_ms: the window counts from it.
-                prop_assert!(p.hot_swap_window_ms == 0 || now - s.elapsed_ms < p.hot_swap_window_ms);
-                if let Some(t) = last.insert(pc.id, now) {
+                let before = last.insert(pc.id, now);
+                if let Some(t) = before {
                     prop_assert!(now - t >= HOT_SWAP_PERIOD_MS, "{} then {}", t, now);
                 }
+                if p.hot_swap_window_ms == 0 || now < close {
+                    continue;
+                }
+                // Past the close: within the extension, and only for a
+                // container quiet at the close, or in its run of swaps
+                // since (the last less than two periods ago).
+                prop_assert!(now < close + p.hot_swap_extension_ms, "{} past {}", now, close);
+                prop_assert!(
+                    before.is_none_or(|t| t + HOT_SWAP_QUIET_MS <= close
+                        || (t >= close && now - t < 2 * HOT_SWAP_PERIOD_MS)),
+                    "{:?} then {} (close {})", before, now, close
+                );
             }
         }
     }

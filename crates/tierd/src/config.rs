@@ -650,6 +650,13 @@ pub struct LimitsConfig {
     /// runs; "0": always.
     #[serde(deserialize_with = "de_duration")]
     pub hot_swap_window: Duration,
+    /// How long past `hot_swap_window`'s close a container that had not
+    /// swapped in the 10 s before it may still swap, until its first run of
+    /// swaps after the close ends (`policy::PolicyParams::hot_swap_extension_ms`:
+    /// NUMA balancing's scan of a settled newcomer can come a minute
+    /// later); "0": none.
+    #[serde(deserialize_with = "de_duration")]
+    pub hot_swap_extension: Duration,
     /// Arrival assist (`policy::PolicyParams::arrival_assist`): within
     /// `hot_swap_window` of an arrival or exit, a container inside its band
     /// but a quarter band or more under its target is assisted (DAMON, then
@@ -730,6 +737,7 @@ impl Default for LimitsConfig {
             band_trade: p.band_trade,
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
+            hot_swap_extension: Duration::from_millis(p.hot_swap_extension_ms),
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
@@ -1527,6 +1535,7 @@ impl Config {
             band_trade: l.band_trade,
             hot_swap: l.hot_swap && self.daemon.recall,
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
+            hot_swap_extension_ms: l.hot_swap_extension.as_millis() as u64,
             arrival_assist: l.arrival_assist,
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,

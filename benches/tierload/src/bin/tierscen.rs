@@ -110,6 +110,10 @@ enum Mode {
     /// for a full NUMA-balancing scan period (60 s at most) after a
     /// newcomer settles at its target.
     TierdWindow,
+    /// `tierd` with `limits.hot_swap_extension = "0s"`: the hot swap ends
+    /// with its window for every container (the shipped behaviour before
+    /// session 82).
+    TierdNoExt,
 }
 
 impl Mode {
@@ -133,6 +137,7 @@ impl Mode {
             Mode::TierdNoLookahead => "tierd-no-lookahead",
             Mode::TierdNoGap => "tierd-no-gap",
             Mode::TierdWindow => "tierd-window",
+            Mode::TierdNoExt => "tierd-no-ext",
         }
     }
 
@@ -168,6 +173,7 @@ impl Mode {
             Mode::TierdNoLookahead => &[("limits", "arrival_lookahead", toml::Value::from(false))],
             Mode::TierdNoGap => &[("limits", "aging_gap", toml::Value::from("0s"))],
             Mode::TierdWindow => &[("limits", "hot_swap_window", toml::Value::from("120s"))],
+            Mode::TierdNoExt => &[("limits", "hot_swap_extension", toml::Value::from("0s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1083,7 +1089,8 @@ fn run_mode(
         | Mode::TierdLimited
         | Mode::TierdNoLookahead
         | Mode::TierdNoGap
-        | Mode::TierdWindow => {
+        | Mode::TierdWindow
+        | Mode::TierdNoExt => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
