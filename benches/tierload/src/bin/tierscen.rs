@@ -1368,6 +1368,11 @@ fn run_mode(
         if let (Some(p), true) = (&profile, cli.emit) {
             println!("PROFILE {}", serde_json::to_string(p)?);
         }
+        for f in &sc.report_metrics {
+            if let Some(why) = unreported(&text, f) {
+                eprintln!("tierscen: {}: report_metrics: {f:?}: {why}", sc.name);
+            }
+        }
         for line in metric_samples(&text, &sc.report_metrics) {
             println!(
                 "METRIC {}",
@@ -1490,6 +1495,26 @@ fn metric_samples<'a>(metrics: &'a str, families: &[String]) -> Vec<&'a str> {
             families.iter().any(|f| f == name)
         })
         .collect()
+}
+
+/// Why `report_metrics` entry `family` can print nothing from `metrics`
+/// (tierd's /metrics text), if it is a mistake in the scenario rather than
+/// a family with no series yet: a counter's samples are named with
+/// `_total`, which its `# TYPE` line lacks.
+fn unreported(metrics: &str, family: &str) -> Option<String> {
+    let typed = |name: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix("# TYPE ")?
+                .strip_prefix(name)?
+                .strip_prefix(' ')
+        })
+    };
+    match typed(family) {
+        Some("counter") => Some(format!("a counter: its samples are {family}_total")),
+        Some(_) => None,
+        None if family.strip_suffix("_total").and_then(typed) == Some("counter") => None,
+        None => Some("tierd's /metrics has no such family".to_owned()),
+    }
 }
 
 /// Loads the scenario's kernel modules not yet loaded (busybox `insmod`
@@ -2098,6 +2123,25 @@ mod tests {
         assert!(close(restarted.damon_stat, 70.0), "{restarted:?}");
         assert!(close(restarted.tiering, 360.0), "{restarted:?}");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_report_metric_that_cannot_print_is_named() {
+        let text = "# HELP tierd_x_bytes Bytes\n\
+                    # TYPE tierd_x_bytes counter\n\
+                    # HELP tierd_g Gauge\n\
+                    # TYPE tierd_g gauge\n";
+        assert!(unreported(text, "tierd_x_bytes")
+            .unwrap()
+            .contains("tierd_x_bytes_total"));
+        assert_eq!(
+            unreported(text, "tierd_x_bytes_total"),
+            None,
+            "no series yet"
+        );
+        assert_eq!(unreported(text, "tierd_g"), None);
+        assert!(unreported(text, "tierd_y").is_some());
+        assert!(unreported(text, "tierd_g_total").is_some());
     }
 
     #[test]
