@@ -2069,7 +2069,7 @@ fn state_times(dir: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cycle_profile, metric_samples, Mode, Scenario, TieringThreads};
+    use super::{cycle_profile, metric_samples, unreported, Mode, Scenario, TieringThreads};
 
     /// A /proc/PID/stat line with `comm`, utime/stime ticks and a start time.
     fn stat(pid: u32, comm: &str, utime: u64, stime: u64, start: u64) -> String {
