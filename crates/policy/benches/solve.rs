@@ -52,6 +52,7 @@ fn host(n: usize) -> Snapshot {
                 lower_hot_bytes: None,
                 lower_hint_faults: None,
                 known_hot_below_bytes: 0,
+                swap_idle_bytes: None,
                 warm_bytes: None,
             }
         })

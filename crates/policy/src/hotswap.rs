@@ -44,6 +44,9 @@ pub(crate) fn window_open(
 ) -> bool {
     if changed {
         st.last_ms.retain(|&id, _| members.contains(id));
+        // A change cuts and fills containers anew: their swaps may find
+        // idle pages again.
+        st.fruitless.clear();
     }
     window_ms == 0 || members.changed_within(now_ms, window_ms)
 }
@@ -97,6 +100,27 @@ pub(crate) fn container_open(
         Some(&t) if t >= close => now_ms.saturating_sub(t) < 2 * HOT_SWAP_PERIOD_MS,
         Some(&t) => t.saturating_add(HOT_SWAP_QUIET_MS) <= close,
     }
+}
+
+/// Records what container `id`'s swap of the last cycle found idle
+/// (`idle`, bytes; `None`: it did not swap) against `min` (a quarter of its
+/// band, the least a swap asks for), and says whether its hot swaps have
+/// ended: `stop_after` (> 0) swaps in a row found less than `min`.
+pub(crate) fn fruitless(
+    st: &mut HotSwapState,
+    id: ContainerId,
+    idle: Option<u64>,
+    min: u64,
+    stop_after: u32,
+) -> bool {
+    match idle {
+        Some(b) if b < min => *st.fruitless.entry(id).or_insert(0) += 1,
+        Some(_) => {
+            st.fruitless.remove(&id);
+        }
+        None => {}
+    }
+    stop_after > 0 && st.fruitless.get(&id).is_some_and(|&n| n >= stop_after)
 }
 
 /// Whether container `id` may swap at `now_ms`: it has not swapped in the
@@ -172,6 +196,31 @@ mod tests {
         // An exit opens the window again for everyone.
         cycle(&mut st, &mut m, 130_000, &[b, c], w);
         assert!(container_open(&st, &m, b, 130_000, w, ext));
+    }
+
+    #[test]
+    fn swaps_that_find_nothing_idle_end_until_the_next_change() {
+        let (mut st, mut m) = (HotSwapState::default(), Membership::default());
+        let (a, b): (ContainerId, ContainerId) = (1, 2);
+        cycle(&mut st, &mut m, 0, &[a], 60_000);
+        let min = 4 << 20;
+        assert!(!fruitless(&mut st, a, Some(0), min, 3));
+        assert!(!fruitless(&mut st, a, None, min, 3), "no swap: no count");
+        assert!(!fruitless(&mut st, a, Some(min - 1), min, 3));
+        // A swap that found enough idle starts the count again.
+        assert!(!fruitless(&mut st, a, Some(min), min, 3));
+        for _ in 0..2 {
+            assert!(!fruitless(&mut st, a, Some(1 << 20), min, 3));
+        }
+        assert!(
+            fruitless(&mut st, a, Some(1 << 20), min, 3),
+            "three in a row"
+        );
+        assert!(fruitless(&mut st, a, None, min, 3), "and stays ended");
+        assert!(!fruitless(&mut st, a, None, min, 0), "0: never");
+        // An arrival: it may swap again.
+        cycle(&mut st, &mut m, 10_000, &[a, b], 60_000);
+        assert!(!fruitless(&mut st, a, None, min, 3));
     }
 
     #[test]

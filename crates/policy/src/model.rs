@@ -136,6 +136,13 @@ pub struct ContainerSnapshot {
     /// target swaps them in for its idle fast-tier pages (see
     /// [`ContainerPlan::swap_bytes`]).
     pub known_hot_below_bytes: u64,
+    /// What the container's swap of the previous cycle (hot or
+    /// within-share, [`ContainerPlan::swap_bytes`]) found idle on the fast
+    /// tier and demoted, bytes; `None` when it did not swap then (or the
+    /// swap failed). Swaps that find next to nothing idle trade a hot page
+    /// for a hot one: [`PolicyParams::hot_swap_stop_after`] of them in a row
+    /// end its hot swaps until the next arrival or exit.
+    pub swap_idle_bytes: Option<u64>,
     /// For a container whose policy has `offload`: its bytes on every node
     /// in MGLRU generations younger than the offload's `min_age` (pages
     /// touched about that recently: its warm set), read while those
@@ -282,6 +289,14 @@ pub struct PolicyParams {
     /// scan of a settled newcomer can come a minute later
     /// (`hotswap::container_open`).
     pub hot_swap_extension_ms: u64,
+    /// After this many hot swaps in a row that each found less than a
+    /// quarter of the container's band idle on its fast tier
+    /// ([`ContainerSnapshot::swap_idle_bytes`]), the container swaps no more
+    /// until the next arrival or exit: every page it holds there was
+    /// touched since the last aging, so each further swap is an aging (a
+    /// walk of its page tables) that trades hot pages for hot ones
+    /// (`hotswap.rs`). 0: never stop.
+    pub hot_swap_stop_after: u32,
     /// Arrival assist (`assist.rs`): within `hot_swap_window_ms` of an
     /// arrival or exit, a container inside its band but a quarter band or
     /// more under its target is assisted like one under its target − band
@@ -368,6 +383,7 @@ impl Default for PolicyParams {
             hot_swap: true,
             hot_swap_window_ms: 60_000,
             hot_swap_extension_ms: 60_000,
+            hot_swap_stop_after: 3,
             arrival_assist: false,
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
@@ -635,6 +651,10 @@ pub struct Membership {
 pub struct HotSwapState {
     /// When each container last swapped (policy clock).
     pub last_ms: std::collections::BTreeMap<ContainerId, u64>,
+    /// Each container's swaps in a row that found less than a quarter band
+    /// idle, since the last arrival or exit
+    /// ([`PolicyParams::hot_swap_stop_after`]).
+    pub fruitless: std::collections::BTreeMap<ContainerId, u32>,
 }
 
 /// Promotion-assist state of one under-target container.

@@ -404,10 +404,27 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // is not worth the aging it takes), within a minute of an arrival or
     // exit (more for one quiet at that close, until its next burst) and at
     // most once every few cycles (hotswap.rs: each swap is an aging of the
-    // container). Damped or not: its halves move
+    // container), and no more after `hot_swap_stop_after` swaps in a row
+    // found next to nothing idle (its fast-tier pages are all hot: a swap
+    // would trade hot for hot). Damped or not: its halves move
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
+    // Swaps that found nothing idle, counted here whether or not the
+    // window is open (hotswap::fruitless).
+    let ended: Vec<bool> = cs
+        .iter()
+        .zip(&plans)
+        .map(|(c, p)| {
+            crate::hotswap::fruitless(
+                &mut state.hot_swap,
+                c.id,
+                c.swap_idle_bytes,
+                (band_bytes(params, p.target_bytes) / 4).max(1),
+                params.hot_swap_stop_after,
+            )
+        })
+        .collect();
     let swap_open = |id: ContainerId| {
         params.hot_swap
             && crate::hotswap::container_open(
@@ -419,7 +436,10 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 params.hot_swap_extension_ms,
             )
     };
-    let hot_swap_open = cs.iter().any(|c| swap_open(c.id));
+    let hot_swap_open = cs
+        .iter()
+        .zip(&ended)
+        .any(|(c, &ended)| !ended && swap_open(c.id));
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -434,7 +454,8 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             } else {
                 let known = cs[i].known_hot_below_bytes;
                 let min = (band_bytes(params, p.target_bytes) / 4).max(1);
-                if !swap_open(p.id)
+                if ended[i]
+                    || !swap_open(p.id)
                     || known < min
                     || !crate::hotswap::due(&state.hot_swap, p.id, now_ms)
                 {

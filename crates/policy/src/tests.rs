@@ -34,6 +34,7 @@ fn params() -> PolicyParams {
         hot_swap: true,
         hot_swap_window_ms: 0,
         hot_swap_extension_ms: 0,
+        hot_swap_stop_after: 0,
         arrival_assist: false,
         arrival_window_ms: 0,
         arrival_lookahead: false,
@@ -54,6 +55,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         lower_hot_bytes: None,
         lower_hint_faults: None,
         known_hot_below_bytes: 0,
+        swap_idle_bytes: None,
         warm_bytes: None,
     }
 }
@@ -2052,6 +2054,36 @@ fn the_hot_swap_runs_every_few_cycles_and_only_after_an_arrival_or_exit() {
     let mut after = s.clone();
     after.containers.remove(0);
     assert!(solve(&after, &p, &mut st).hot_swap_open);
+}
+
+/// Hot swaps that find next to nothing idle end (`hot_swap_stop_after`
+/// 3), until an arrival or exit. Container 2 (band 16 MiB: a swap wants
+/// 4 MiB idle) swaps every cycle; what each swap found idle comes back in
+/// the next snapshot.
+#[test]
+fn hot_swaps_end_after_three_that_found_nothing_idle() {
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        hot_swap_stop_after: 3,
+        ..params()
+    };
+    let mut s = hot_swap_case(8 * MIB);
+    let mut st = PolicyState::default();
+    let mut swapped =
+        |s: &Snapshot, st: &mut PolicyState| solve(s, &p, st).get(2).unwrap().swap_bytes > 0;
+    // The first swap, then ones that found 8 MiB (a reset), 1 and 1 MiB.
+    for idle in [None, Some(8 * MIB), Some(MIB), Some(MIB)] {
+        s.containers[1].swap_idle_bytes = idle;
+        assert!(swapped(&s, &mut st), "{idle:?}");
+    }
+    s.containers[1].swap_idle_bytes = Some(3 * MIB);
+    assert!(!swapped(&s, &mut st), "the third that found < 4 MiB: ended");
+    s.containers[1].swap_idle_bytes = None;
+    assert!(!swapped(&s, &mut st), "stays ended");
+    // A small container arrives: a change, so it may swap again.
+    let mut after = s.clone();
+    after.containers.push(c(3, MIB, 0));
+    assert!(swapped(&after, &mut st));
 }
 
 /// The extension through `solve`: window 20 s, extension 20 s. Container 1

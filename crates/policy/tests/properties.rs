@@ -62,6 +62,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     lower_hot_bytes: lower_hot,
                     lower_hint_faults: lower_faults,
                     known_hot_below_bytes: known_hot,
+                    swap_idle_bytes: None,
                     warm_bytes: None,
                 }
             },
@@ -108,6 +109,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
             prop_oneof![Just(0u64), Just(30_000u64)],
             any::<bool>(),
             prop_oneof![Just(0u64), Just(60_000u64)],
+            0..4u32,
         ),
     )
         .prop_map(
@@ -129,6 +131,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                     arrival_window_ms,
                     arrival_lookahead,
                     hot_swap_extension_ms,
+                    hot_swap_stop_after,
                 ),
             )| PolicyParams {
                 demand,
@@ -151,6 +154,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 hot_swap,
                 hot_swap_window_ms,
                 hot_swap_extension_ms,
+                hot_swap_stop_after,
                 arrival_assist,
                 arrival_window_ms,
                 arrival_lookahead,
@@ -385,6 +389,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 lower_hot_bytes: None,
                 lower_hint_faults: None,
                 known_hot_below_bytes: 0,
+                swap_idle_bytes: None,
                 warm_bytes: None,
             };
             s.containers.push(pair(1, split_a, hot_a));

@@ -657,6 +657,12 @@ pub struct LimitsConfig {
     /// later); "0": none.
     #[serde(deserialize_with = "de_duration")]
     pub hot_swap_extension: Duration,
+    /// After this many hot swaps in a row that each found less than a
+    /// quarter of the container's band idle (its fast-tier pages all
+    /// touched since the last aging), the container swaps no more until the
+    /// next arrival or exit (`policy::PolicyParams::hot_swap_stop_after`);
+    /// 0: never stop.
+    pub hot_swap_stop_after: u32,
     /// Arrival assist (`policy::PolicyParams::arrival_assist`): within
     /// `hot_swap_window` of an arrival or exit, a container inside its band
     /// but a quarter band or more under its target is assisted (DAMON, then
@@ -738,6 +744,7 @@ impl Default for LimitsConfig {
             hot_swap: p.hot_swap,
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             hot_swap_extension: Duration::from_millis(p.hot_swap_extension_ms),
+            hot_swap_stop_after: p.hot_swap_stop_after,
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
@@ -1536,6 +1543,7 @@ impl Config {
             hot_swap: l.hot_swap && self.daemon.recall,
             hot_swap_window_ms: l.hot_swap_window.as_millis() as u64,
             hot_swap_extension_ms: l.hot_swap_extension.as_millis() as u64,
+            hot_swap_stop_after: l.hot_swap_stop_after,
             arrival_assist: l.arrival_assist,
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,

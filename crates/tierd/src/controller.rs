@@ -195,6 +195,10 @@ pub struct Controller {
     /// Bytes each container's hot swap evicted this cycle: the room its
     /// promotion half (recall) fills (`ContainerPlan::swap_bytes`).
     swap_room: HashMap<u64, u64>,
+    /// Bytes each container's swap found idle and demoted in the last cycle
+    /// it swapped, for the next snapshot (`ContainerSnapshot::swap_idle_bytes`;
+    /// taken as it is read).
+    swap_idle: HashMap<u64, u64>,
     /// Over-target containers whose demotion reclaim does not take
     /// (`unevictable.rs`).
     unevictable: unevictable::Unevictable,
@@ -443,6 +447,7 @@ impl Controller {
             cadence: cadence::Cadence::default(),
             known_hot: recall::KnownHot::default(),
             swap_room: HashMap::new(),
+            swap_idle: HashMap::new(),
             unevictable: unevictable::Unevictable::default(),
             assisted: HashSet::new(),
             owed: HashSet::new(),
@@ -542,6 +547,9 @@ impl Controller {
         let mut warm_gens = None;
         let mut per_node: HashMap<u64, BTreeMap<u32, u64>> = HashMap::new();
         let mut kept = Vec::with_capacity(managed.len());
+        // The last cycle's swaps, each read once (a vanished container's
+        // goes with the rest).
+        let mut swap_idle = std::mem::take(&mut self.swap_idle);
         for m in managed {
             let stat = match self.cg.numa_stat(&m.path) {
                 Ok(s) => s,
@@ -604,6 +612,7 @@ impl Controller {
                 } else {
                     0
                 },
+                swap_idle_bytes: swap_idle.remove(&m.id),
                 warm_bytes: self.warm_bytes(&m, &mut warm_gens),
             });
             kept.push(m);

@@ -114,6 +114,9 @@ enum Mode {
     /// with its window for every container (the shipped behaviour before
     /// session 82).
     TierdNoExt,
+    /// `tierd` with `limits.hot_swap_stop_after = 0`: hot swaps go on
+    /// whatever they find idle (the shipped behaviour before session 82).
+    TierdNoStop,
 }
 
 impl Mode {
@@ -138,6 +141,7 @@ impl Mode {
             Mode::TierdNoGap => "tierd-no-gap",
             Mode::TierdWindow => "tierd-window",
             Mode::TierdNoExt => "tierd-no-ext",
+            Mode::TierdNoStop => "tierd-no-stop",
         }
     }
 
@@ -174,6 +178,7 @@ impl Mode {
             Mode::TierdNoGap => &[("limits", "aging_gap", toml::Value::from("0s"))],
             Mode::TierdWindow => &[("limits", "hot_swap_window", toml::Value::from("120s"))],
             Mode::TierdNoExt => &[("limits", "hot_swap_extension", toml::Value::from("0s"))],
+            Mode::TierdNoStop => &[("limits", "hot_swap_stop_after", toml::Value::from(0))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1090,7 +1095,8 @@ fn run_mode(
         | Mode::TierdNoLookahead
         | Mode::TierdNoGap
         | Mode::TierdWindow
-        | Mode::TierdNoExt => {
+        | Mode::TierdNoExt
+        | Mode::TierdNoStop => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;

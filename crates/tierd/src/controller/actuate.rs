@@ -297,6 +297,7 @@ impl Controller {
         match self.evict_cold(m, bytes, min_age_ms, &fast, gens, agings)? {
             Ok(taken) => {
                 self.swap_room.insert(m.id, taken);
+                self.swap_idle.insert(m.id, taken);
                 tracing::debug!(container = %m.path, asked = bytes, cold = taken,
                     "swap: demoted its pages untouched for {:.1} s",
                     min_age_ms as f64 / 1000.0);
