@@ -2069,7 +2069,7 @@ fn hot_swaps_end_after_three_that_found_nothing_idle() {
     };
     let mut s = hot_swap_case(8 * MIB);
     let mut st = PolicyState::default();
-    let mut swapped =
+    let swapped =
         |s: &Snapshot, st: &mut PolicyState| solve(s, &p, st).get(2).unwrap().swap_bytes > 0;
     // The first swap, then ones that found 8 MiB (a reset), 1 and 1 MiB.
     for idle in [None, Some(8 * MIB), Some(MIB), Some(MIB)] {
