@@ -410,36 +410,34 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
-    // Swaps that found nothing idle, counted here whether or not the
-    // window is open (hotswap::fruitless).
-    let ended: Vec<bool> = cs
+    // Which containers may hot-swap this cycle: their window open
+    // (hotswap::container_open) and their swaps not ended for finding
+    // nothing idle (hotswap::fruitless, counted whether or not the window
+    // is open).
+    let may_swap: Vec<bool> = cs
         .iter()
         .zip(&plans)
         .map(|(c, p)| {
-            crate::hotswap::fruitless(
+            let ended = crate::hotswap::fruitless(
                 &mut state.hot_swap,
                 c.id,
                 c.swap_idle_bytes,
                 (band_bytes(params, p.target_bytes) / 4).max(1),
                 params.hot_swap_stop_after,
-            )
+            );
+            params.hot_swap
+                && !ended
+                && crate::hotswap::container_open(
+                    &state.hot_swap,
+                    &state.members,
+                    c.id,
+                    now_ms,
+                    params.hot_swap_window_ms,
+                    params.hot_swap_extension_ms,
+                )
         })
         .collect();
-    let swap_open = |id: ContainerId| {
-        params.hot_swap
-            && crate::hotswap::container_open(
-                &state.hot_swap,
-                &state.members,
-                id,
-                now_ms,
-                params.hot_swap_window_ms,
-                params.hot_swap_extension_ms,
-            )
-    };
-    let hot_swap_open = cs
-        .iter()
-        .zip(&ended)
-        .any(|(c, &ended)| !ended && swap_open(c.id));
+    let hot_swap_open = may_swap.contains(&true);
     let swaps: Vec<(usize, u64)> = plans
         .iter()
         .enumerate()
@@ -454,8 +452,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             } else {
                 let known = cs[i].known_hot_below_bytes;
                 let min = (band_bytes(params, p.target_bytes) / 4).max(1);
-                if ended[i]
-                    || !swap_open(p.id)
+                if !may_swap[i]
                     || known < min
                     || !crate::hotswap::due(&state.hot_swap, p.id, now_ms)
                 {
