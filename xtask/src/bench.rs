@@ -628,6 +628,13 @@ fn migrated_per_s_2nd_half(host: &[Value]) -> Option<f64> {
     Some(migrated_per_s(host.get(host.len() / 2)?, host.last()?))
 }
 
+/// A cumulative host counter's rate over the second half of a mode's run,
+/// per second; `None` for samples without it (older tierscen output).
+fn rate_2nd_half(host: &[Value], key: &str) -> Option<f64> {
+    let (mid, last) = (host.get(host.len() / 2)?, host.last()?);
+    Some((f(last, key)? - f(mid, key)?) / (f(last, "t_s")? - f(mid, "t_s")?).max(1e-3))
+}
+
 /// tierd's CPU over a mode's run, % of one core.
 fn tierd_cpu_pct(host: &[Value]) -> Option<f64> {
     let (first, last) = (host.first()?, host.last()?);
@@ -957,6 +964,15 @@ fn verdict_rows(sc: &ScenarioFile, s: &Series, modes: &[String]) -> Vec<VerdictR
         0.1,
         0,
         per_mode(&|m| migrated_per_s_2nd_half(host(m))),
+    );
+    // Never compared: what another process's page moves cost a tenant
+    // under emulation (each shootdown flushes a vCPU's software TLB).
+    row(
+        "TLB shootdowns/s, 2nd half".into(),
+        Better::Neither,
+        0.0,
+        0,
+        per_mode(&|m| rate_2nd_half(host(m), "tlb_shootdowns")),
     );
     row(
         "tierd CPU (% of one core, TCG)".into(),

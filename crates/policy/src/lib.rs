@@ -7,6 +7,7 @@
 mod assist;
 mod bucket;
 mod demand;
+mod gap;
 mod hotswap;
 mod membership;
 mod model;
@@ -17,6 +18,7 @@ pub mod unmanaged;
 
 pub use assist::{HOT_SWAP_MIN_AGE_MS, SWAP_MIN_AGE_MS};
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
+pub use gap::SLOW_FRACTION;
 pub use hotswap::{HOT_SWAP_PERIOD_MS, HOT_SWAP_QUIET_MS};
 pub use model::*;
 pub use solve::solve;

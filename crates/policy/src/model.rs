@@ -323,7 +323,7 @@ pub struct PolicyParams {
     pub arrival_lookahead: bool,
     /// The least time between the two agings of a demotion through the
     /// multi-gen LRU (`cgroupctl::LruGen::demote`), in ms, while no
-    /// container is filling its share ([`Plan::aging_gap_ms`]; 0: back to
+    /// container is filling its share ([`ContainerPlan::aging_gap_ms`]; 0: back to
     /// back always). A cache whose pages all sit in its two youngest
     /// generations gives up what was untouched between the two page-table
     /// walks: back to back that window is a walk's length (~0.1 s under
@@ -331,6 +331,13 @@ pub struct PolicyParams {
     /// untouched in it about half the time; 0.5 s apart, 3 % of the time
     /// (docs/NOTES.md "Session 76"). Default 500.
     pub aging_gap_ms: u64,
+    /// After this many cycles in a row whose demotion of a container took
+    /// next to nothing under the gap (its fast-tier bytes fell by less than
+    /// a quarter of what was asked: a cache touching every DRAM page within
+    /// the gap), the container's agings run back to back until it is back
+    /// within its band (`gap.rs`, [`ContainerPlan::aging_gap_ms`]). 0:
+    /// never. Default 3.
+    pub aging_gap_lift_after: u32,
 }
 
 /// Thrash control (docs/DESIGN.md rule 4). Ping-pong is estimated per container
@@ -388,6 +395,7 @@ impl Default for PolicyParams {
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
             aging_gap_ms: 500,
+            aging_gap_lift_after: 3,
         }
     }
 }
@@ -500,6 +508,13 @@ pub struct ContainerPlan {
     /// identical tenants can sit at opposite edges of their bands for good,
     /// one short of its hottest pages (docs/NOTES.md "The inside-band trade").
     pub band_trade: bool,
+    /// The least time between the two agings of this container's demotion
+    /// this cycle, ms: [`PolicyParams::aging_gap_ms`], but 0 while a
+    /// newcomer fills its share ([`Plan::filling`]) and while the
+    /// container's demotion under the gap takes next to nothing (a cache
+    /// touching all its DRAM pages within the gap; `gap.rs`) until it is
+    /// back within its band.
+    pub aging_gap_ms: u64,
 }
 
 impl ContainerPlan {
@@ -583,16 +598,6 @@ pub struct Plan {
     /// [`PolicyParams::hot_swap`] is off. While it is closed the daemon need
     /// not count known-hot pages below for the next cycle.
     pub hot_swap_open: bool,
-    /// The least time between a demotion's two agings this cycle, ms:
-    /// [`PolicyParams::aging_gap_ms`] while no container is filling its
-    /// share, else 0. The wait keeps a container's hottest pages when it is
-    /// cut to its share (a steady container over its target, an incumbent
-    /// after a newcomer's allocation); while a newcomer allocates, the
-    /// cycles that make room for it must not wait, or its allocations spill
-    /// to the lower tier (docs/NOTES.md "Session 76": the gap always on
-    /// left cold-hog's newcomer at 112–220 MiB of DRAM at 20 s against
-    /// 363–416).
-    pub aging_gap_ms: u64,
 }
 
 impl Plan {
@@ -628,6 +633,8 @@ pub struct PolicyState {
     pub assist: std::collections::BTreeMap<ContainerId, AssistState>,
     /// When the hot swap may run (see `hotswap.rs`).
     pub hot_swap: HotSwapState,
+    /// Whose demotion is slow under the aging gap (see `gap.rs`).
+    pub aging_gap: AgingGapState,
 }
 
 /// The containers of the last cycle, recorded once per solve.
@@ -655,6 +662,17 @@ pub struct HotSwapState {
     /// idle, since the last arrival or exit
     /// ([`PolicyParams::hot_swap_stop_after`]).
     pub fruitless: std::collections::BTreeMap<ContainerId, u32>,
+}
+
+/// What the aging gap's rule (`gap.rs`, [`ContainerPlan::aging_gap_ms`])
+/// remembers of each container.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgingGapState {
+    /// Its fast-tier bytes and the demotion asked of it at the last cycle
+    /// (bytes; the hot swap's half left out).
+    pub last: std::collections::BTreeMap<ContainerId, (u64, u64)>,
+    /// Cycles in a row whose demotion took next to nothing.
+    pub slow: std::collections::BTreeMap<ContainerId, u32>,
 }
 
 /// Promotion-assist state of one under-target container.

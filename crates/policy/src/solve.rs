@@ -538,6 +538,28 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     state.global_demote_tokens = global_demote;
     state.global_promote_tokens = global_promote;
 
+    // The aging gap (gap.rs): demotions' agings spaced, but not while a
+    // newcomer fills its share, nor for a container whose demotion under
+    // the gap takes next to nothing, until it is back within its band.
+    let any_filling = filling.contains(&true);
+    let members: Vec<ContainerId> = ids().collect();
+    crate::gap::retain(&mut state.aging_gap, &members);
+    for (p, c) in plans.iter_mut().zip(cs.iter()) {
+        let asked = p.demote_bytes.saturating_sub(p.swap_bytes);
+        let lifted = crate::gap::lifted(
+            &mut state.aging_gap,
+            p.id,
+            c.fast_bytes,
+            asked,
+            params.aging_gap_lift_after,
+        );
+        p.aging_gap_ms = if any_filling || lifted {
+            0
+        } else {
+            params.aging_gap_ms
+        };
+    }
+
     let settled = plans.iter().all(|p| p.state != PlacementState::UnderTarget);
     let steady = crate::steady::observe(
         &mut state.steady,
@@ -578,11 +600,6 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             .map(|(c, _)| c.id)
             .collect(),
         hot_swap_open,
-        aging_gap_ms: if filling.contains(&true) {
-            0
-        } else {
-            params.aging_gap_ms
-        },
     }
 }
 
@@ -770,6 +787,7 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         assisted: false,
         swap_bytes: 0,
         band_trade: false,
+        aging_gap_ms: 0,
         state: if pinned {
             PlacementState::Pinned
         } else {

@@ -159,6 +159,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 arrival_window_ms,
                 arrival_lookahead,
                 aging_gap_ms: 500,
+                aging_gap_lift_after: 3,
             },
         )
 }

@@ -696,14 +696,21 @@ pub struct LimitsConfig {
     /// back (0) that window is the length of a page-table walk, and pages
     /// at the edge of a cache's hottest tenth go with the cold ones
     /// ([`policy::PolicyParams::aging_gap_ms`]). Not while a newcomer fills
-    /// its share ([`policy::Plan::aging_gap_ms`]): the cycles that make
+    /// its share ([`policy::ContainerPlan::aging_gap_ms`]): the cycles that make
     /// room for its allocations do not wait (always on, the gap let
     /// cold-hog's newcomer spill to the lower tier; docs/NOTES.md "Session
-    /// 76"). Default 500 ms, cut to half of `daemon.interval` when that is
+    /// 76"), nor for a container whose demotion under it takes next to
+    /// nothing (`aging_gap_lift_after`). Default 500 ms, cut to half of `daemon.interval` when that is
     /// shorter; a value set longer than half the interval is an error (the
     /// cycle waits).
     #[serde(deserialize_with = "de_duration")]
     pub aging_gap: Duration,
+    /// After this many cycles in a row whose demotion of a container took
+    /// next to nothing under `aging_gap` (a cache touching every DRAM page
+    /// within it), that container's agings run back to back until it is
+    /// back within its band (`policy::PolicyParams::aging_gap_lift_after`);
+    /// 0: never.
+    pub aging_gap_lift_after: u32,
 }
 
 /// Default of `limits.promote_scan_period`: off. 2 s put newcomers' hot
@@ -749,6 +756,7 @@ impl Default for LimitsConfig {
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
             aging_gap: Duration::from_millis(p.aging_gap_ms),
+            aging_gap_lift_after: p.aging_gap_lift_after,
         }
     }
 }
@@ -1548,6 +1556,7 @@ impl Config {
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,
             aging_gap_ms: l.aging_gap.min(self.daemon.interval / 2).as_millis() as u64,
+            aging_gap_lift_after: l.aging_gap_lift_after,
         }
     }
 }

@@ -117,6 +117,10 @@ enum Mode {
     /// `tierd` with `limits.hot_swap_stop_after = 0`: hot swaps go on
     /// whatever they find idle (the shipped behaviour before session 82).
     TierdNoStop,
+    /// `tierd` with `limits.aging_gap_lift_after = 0`: a demotion's agings
+    /// spaced by `aging_gap` however little it takes (the shipped behaviour
+    /// before session 83).
+    TierdGapFixed,
 }
 
 impl Mode {
@@ -142,6 +146,7 @@ impl Mode {
             Mode::TierdWindow => "tierd-window",
             Mode::TierdNoExt => "tierd-no-ext",
             Mode::TierdNoStop => "tierd-no-stop",
+            Mode::TierdGapFixed => "tierd-gap-fixed",
         }
     }
 
@@ -179,6 +184,7 @@ impl Mode {
             Mode::TierdWindow => &[("limits", "hot_swap_window", toml::Value::from("120s"))],
             Mode::TierdNoExt => &[("limits", "hot_swap_extension", toml::Value::from("0s"))],
             Mode::TierdNoStop => &[("limits", "hot_swap_stop_after", toml::Value::from(0))],
+            Mode::TierdGapFixed => &[("limits", "aging_gap_lift_after", toml::Value::from(0))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -820,6 +826,15 @@ struct HostSample {
     /// through. `pgpromote_candidate` minus these is the hot faults the
     /// rate limit declined.
     probe_candidates: u64,
+    /// TLB shootdowns so far (/proc/interrupts `TLB`, summed over CPUs,
+    /// cumulative; x86): the IPIs a migration, an unmap or a protection
+    /// change sends to the other CPUs a process ran on. Under TCG each one
+    /// flushes the receiving vCPU's software TLB, so a tenant can run
+    /// slower for another process's page moves.
+    tlb_shootdowns: u64,
+    /// Function-call IPIs so far (/proc/interrupts `CAL`, summed over CPUs,
+    /// cumulative; x86).
+    call_ipis: u64,
 }
 
 /// The hint-fault probe tierscen loads for itself in every mode, to time
@@ -1037,6 +1052,9 @@ fn host_sample(
         h.fast_total_bytes += total;
         h.fast_used_bytes += total.saturating_sub(free);
     }
+    let irq = fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    h.tlb_shootdowns = interrupts_total(&irq, "TLB");
+    h.call_ipis = interrupts_total(&irq, "CAL");
     let vm = fs::read_to_string("/proc/vmstat").unwrap_or_default();
     for l in vm.lines() {
         let mut it = l.split_whitespace();
@@ -1052,6 +1070,21 @@ fn host_sample(
         }
     }
     h
+}
+
+/// One row of /proc/interrupts (`row`: its name without the colon, e.g.
+/// `TLB`) summed over the CPUs; 0 where the kernel has no such row. The
+/// counts are the numeric columns after `NAME:`, one per CPU, up to the
+/// description text.
+fn interrupts_total(text: &str, row: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix(row)?.strip_prefix(':'))
+        .map(|rest| {
+            rest.split_whitespace()
+                .map_while(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// Pages migrated per second between two host samples.
@@ -1096,7 +1129,8 @@ fn run_mode(
         | Mode::TierdNoGap
         | Mode::TierdWindow
         | Mode::TierdNoExt
-        | Mode::TierdNoStop => {
+        | Mode::TierdNoStop
+        | Mode::TierdGapFixed => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;
@@ -2075,6 +2109,17 @@ fn state_times(dir: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// /proc/interrupts of a 2-CPU x86 host (this repository's build machine): rows
+    /// summed over CPUs, the description text left out, a missing row 0.
+    #[test]
+    fn interrupt_rows_sum_over_cpus() {
+        let text = include_str!("../../tests/fixtures/proc-interrupts");
+        assert_eq!(super::interrupts_total(text, "TLB"), 379863 + 362189);
+        assert_eq!(super::interrupts_total(text, "CAL"), 50456061 + 49160924);
+        assert_eq!(super::interrupts_total(text, "LOC"), 13414476 + 13460597);
+        assert_eq!(super::interrupts_total(text, "XYZ"), 0);
+    }
+
     use super::{cycle_profile, metric_samples, unreported, Mode, Scenario, TieringThreads};
 
     /// A /proc/PID/stat line with `comm`, utime/stime ticks and a start time.

@@ -75,7 +75,6 @@ impl Controller {
         // lower tier has taken pages so far (the rest waits for the
         // next cycle: the plan asks again).
         let mut allowance = Allowance::new(&self.demotion_pace, self.cfg.daemon.interval);
-        let gap = Duration::from_millis(plan.aging_gap_ms);
         self.swap_room.clear();
         let mut demoting = HashSet::new();
         for m in managed {
@@ -119,6 +118,7 @@ impl Controller {
                     break;
                 }
                 let started = Instant::now();
+                let gap = Duration::from_millis(p.aging_gap_ms);
                 let result = self.demote(m, demote, &mut gens, &mut agings, gap);
                 // Only a write that went through measures the device.
                 if result.is_ok() {
@@ -222,7 +222,7 @@ impl Controller {
     /// write (every node, LRU order; under MGLRU it can take several times
     /// the bytes asked: docs/NOTES.md "memory.reclaim overshoots under
     /// MGLRU"). The agings run are added to `agings`; two agings of one
-    /// memcg are at least `gap` apart (`Plan::aging_gap_ms`).
+    /// memcg are at least `gap` apart (`ContainerPlan::aging_gap_ms`).
     pub(super) fn demote(
         &mut self,
         m: &Managed,

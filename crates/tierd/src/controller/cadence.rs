@@ -242,6 +242,7 @@ mod tests {
             pingpong_bytes_per_s: 0,
             swap_bytes: 0,
             band_trade: false,
+            aging_gap_ms: 0,
             state,
             assisted: false,
         };
