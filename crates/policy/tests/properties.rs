@@ -666,3 +666,41 @@ proptest! {
         prop_assert!(total(&on) >= total(&off));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The aging gap (`ContainerPlan::aging_gap_ms`) is the configured one
+    /// or 0, and 0 only while a newcomer fills its share or for a container
+    /// asked to demote this cycle and in each of the
+    /// `aging_gap_lift_after` cycles before it (whatever its fast-tier
+    /// bytes did in between): a container within its band always waits.
+    #[test]
+    fn the_aging_gap_is_lifted_only_within_a_run_of_demotions(
+        s in snapshot(),
+        p in params(),
+        lift_after in 0u32..5,
+        falls in proptest::collection::vec(0u64..(96 << 20), 1..10),
+    ) {
+        let p = PolicyParams { aging_gap_lift_after: lift_after, ..p };
+        let mut s = s;
+        let mut st = PolicyState::default();
+        let mut runs = std::collections::BTreeMap::new();
+        for fall in falls {
+            let plan = solve(&s, &p, &mut st);
+            for c in &plan.containers {
+                let run = runs.entry(c.id).or_insert(0u32);
+                *run = if c.demote_bytes > c.swap_bytes { *run + 1 } else { 0 };
+                prop_assert!(c.aging_gap_ms == 0 || c.aging_gap_ms == p.aging_gap_ms, "{c:?}");
+                if c.aging_gap_ms != p.aging_gap_ms && plan.filling.is_empty() {
+                    prop_assert!(lift_after > 0 && *run > lift_after,
+                        "lifted after a run of {run} asks (lift after {lift_after}): {c:?}");
+                }
+            }
+            for c in &mut s.containers {
+                c.fast_bytes = c.fast_bytes.saturating_sub(fall);
+            }
+            s.elapsed_ms = 2_000;
+        }
+    }
+}

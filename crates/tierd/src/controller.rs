@@ -673,6 +673,7 @@ impl Controller {
                     recallable = c.recallable_bytes, lower_hot = ?c.lower_hot_bytes,
                     lower_faults = ?c.lower_hint_faults,
                     known_hot_below = c.known_hot_below_bytes, swap = p.swap_bytes,
+                    aging_gap_ms = p.aging_gap_ms,
                     fast_free, "plan");
             }
         }
