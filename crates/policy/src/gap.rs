@@ -29,8 +29,11 @@ pub const SLOW_FRACTION: u64 = 4;
 /// promotes as much as it demotes), and says whether its gap is lifted:
 /// `after` (> 0; [`crate::PolicyParams::aging_gap_lift_after`]) cycles in a
 /// row asked a demotion and its fast-tier bytes fell by less than a
-/// [`SLOW_FRACTION`]th of it by the next. Lifted, it stays lifted while the container is asked to demote;
-/// a cycle that asks nothing (within its band) gives the gap back.
+/// [`SLOW_FRACTION`]th of it by the next. Lifted, it stays lifted while
+/// the container is asked to demote; a cycle that asks nothing (within its
+/// band) gives the gap back. The caller passes an ask too small to be
+/// written (the daemon skips demotions under a few MiB) as 0: falling
+/// short of it says nothing about the gap.
 pub(crate) fn lifted(
     st: &mut AgingGapState,
     id: ContainerId,

@@ -545,7 +545,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     let members: Vec<ContainerId> = ids().collect();
     crate::gap::retain(&mut state.aging_gap, &members);
     for (p, c) in plans.iter_mut().zip(cs.iter()) {
-        let asked = p.demote_bytes.saturating_sub(p.swap_bytes);
+        // An ask under a quarter of band_min is not written (the daemon's
+        // least demotion is 1 MiB) or is rounding: it counts as none.
+        let asked = Some(p.demote_bytes.saturating_sub(p.swap_bytes))
+            .filter(|&b| b >= params.band_min_bytes / 4)
+            .unwrap_or(0);
         let lifted = crate::gap::lifted(
             &mut state.aging_gap,
             p.id,
