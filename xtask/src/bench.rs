@@ -625,7 +625,7 @@ fn migrated_per_s(a: &Value, b: &Value) -> f64 {
 
 /// Pages migrated per second over the second half of a mode's run.
 fn migrated_per_s_2nd_half(host: &[Value]) -> Option<f64> {
-    Some(migrated_per_s(host.get(host.len() / 2)?, host.last()?))
+    rate_2nd_half(host, "pgmigrate_success")
 }
 
 /// A cumulative host counter's rate over the second half of a mode's run,

@@ -18,11 +18,11 @@
 //!
 //! Pure: the state is what each container held and was asked last cycle.
 
-use crate::model::{AgingGapState, ContainerId};
+use crate::model::{AgingGapState, AgingGapTrack, ContainerId};
 
 /// A demotion that brought the container's fast-tier bytes down by less
 /// than `asked / SLOW_FRACTION` took next to nothing.
-pub const SLOW_FRACTION: u64 = 4;
+const SLOW_FRACTION: u64 = 4;
 
 /// Records container `id`'s fast-tier bytes (`fast_bytes`) and this
 /// cycle's demotion (`asked`, bytes, the hot swap's half left out: it
@@ -41,31 +41,31 @@ pub(crate) fn lifted(
     asked: u64,
     after: u32,
 ) -> bool {
-    let slow = st.slow.entry(id).or_insert(0);
-    if let Some(&(before, was_asked)) = st.last.get(&id) {
-        // Once lifted, the gap stays off until the container is back
-        // within its band: the fast falls it makes then are the lifted
-        // gap's, not a sign the gap would do.
-        if was_asked > 0 && (after == 0 || *slow < after) {
-            if before.saturating_sub(fast_bytes) < was_asked / SLOW_FRACTION {
-                *slow += 1;
-            } else {
-                *slow = 0;
-            }
+    let t = st.containers.entry(id).or_default();
+    // Once lifted, the gap stays off until the container is back within
+    // its band: the fast falls it makes then are the lifted gap's, not a
+    // sign the gap would do. (A first record has asked nothing.)
+    if t.asked_bytes > 0 && (after == 0 || t.slow < after) {
+        if t.fast_bytes.saturating_sub(fast_bytes) < t.asked_bytes / SLOW_FRACTION {
+            t.slow += 1;
+        } else {
+            t.slow = 0;
         }
     }
     if asked == 0 {
-        *slow = 0;
+        t.slow = 0;
     }
-    let lifted = after > 0 && *slow >= after;
-    st.last.insert(id, (fast_bytes, asked));
-    lifted
+    *t = AgingGapTrack {
+        fast_bytes,
+        asked_bytes: asked,
+        slow: t.slow,
+    };
+    after > 0 && t.slow >= after
 }
 
 /// Forgets the containers not in `ids` (sorted).
 pub(crate) fn retain(st: &mut AgingGapState, ids: &[ContainerId]) {
-    st.last.retain(|id, _| ids.binary_search(id).is_ok());
-    st.slow.retain(|id, _| ids.binary_search(id).is_ok());
+    st.containers.retain(|id, _| ids.binary_search(id).is_ok());
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ pub mod unmanaged;
 
 pub use assist::{HOT_SWAP_MIN_AGE_MS, SWAP_MIN_AGE_MS};
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
-pub use gap::SLOW_FRACTION;
 pub use hotswap::{HOT_SWAP_PERIOD_MS, HOT_SWAP_QUIET_MS};
 pub use model::*;
 pub use solve::solve;

@@ -668,11 +668,19 @@ pub struct HotSwapState {
 /// remembers of each container.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AgingGapState {
-    /// Its fast-tier bytes and the demotion asked of it at the last cycle
-    /// (bytes; the hot swap's half left out).
-    pub last: std::collections::BTreeMap<ContainerId, (u64, u64)>,
+    pub containers: std::collections::BTreeMap<ContainerId, AgingGapTrack>,
+}
+
+/// One container's record for the aging gap's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AgingGapTrack {
+    /// Its fast-tier bytes at the last cycle.
+    pub fast_bytes: u64,
+    /// The demotion asked of it at the last cycle, bytes (the hot swap's
+    /// half left out; an ask too small to be written counts as 0).
+    pub asked_bytes: u64,
     /// Cycles in a row whose demotion took next to nothing.
-    pub slow: std::collections::BTreeMap<ContainerId, u32>,
+    pub slow: u32,
 }
 
 /// Promotion-assist state of one under-target container.
