@@ -341,6 +341,44 @@ impl LruGen {
         swappiness: u32,
         gap: Duration,
     ) -> Result<Eviction> {
+        self.age_and_evict(m, node, pages, swappiness, gap, 0)
+    }
+
+    /// Evicts up to `pages` pages of memcg `m` (as last read) on `node`
+    /// that were untouched for at least `idle`, oldest generation first:
+    /// ages the memcg there once (after waiting until its youngest
+    /// generation is `idle` old), which leaves evictable the pages untouched
+    /// since the aging before; when those are fewer than asked, waits
+    /// `idle` and ages again, which leaves evictable every page untouched
+    /// between the two page-table walks. Unlike [`Self::evict_cold`], whose
+    /// window is the time since the last aging (a cycle), this finds the
+    /// pages of a cache touching its whole footprint every second or two
+    /// that are touched least often: a page touched `r` times a second is
+    /// untouched for `idle` with a chance of e^(−r·idle) (Poisson).
+    /// `Eviction::evictable_pages` is what the old enough generations held.
+    ///
+    /// Errors: as [`Self::demote`].
+    pub fn evict_idle(
+        &self,
+        m: &MemcgGens,
+        node: u32,
+        pages: u64,
+        swappiness: u32,
+        idle: Duration,
+    ) -> Result<Eviction> {
+        self.age_and_evict(m, node, pages, swappiness, idle, 1)
+    }
+
+    /// [`Self::demote`] with at least `min_agings` agings (of at most two).
+    fn age_and_evict(
+        &self,
+        m: &MemcgGens,
+        node: u32,
+        pages: u64,
+        swappiness: u32,
+        gap: Duration,
+        min_agings: u32,
+    ) -> Result<Eviction> {
         let mut out = Eviction {
             asked_pages: pages,
             ..Eviction::default()
@@ -349,7 +387,7 @@ impl LruGen {
             return Ok(out);
         }
         let mut m = m.clone();
-        while m.evictable_pages(node) < pages && out.agings < 2 {
+        while (m.evictable_pages(node) < pages || out.agings < min_agings) && out.agings < 2 {
             let Some(youngest) = m.youngest(node) else {
                 return Ok(out);
             };

@@ -663,6 +663,23 @@ pub struct LimitsConfig {
     /// next arrival or exit (`policy::PolicyParams::hot_swap_stop_after`);
     /// 0: never stop.
     pub hot_swap_stop_after: u32,
+    /// The least time the hot swap's demotion half finds a fast-tier page
+    /// untouched before it demotes it: the swap ages the container, and
+    /// when the pages untouched since its last aging (a cycle) are fewer
+    /// than it asks, waits this long and ages it again, then demotes the
+    /// pages untouched in between, oldest first
+    /// (`cgroupctl::LruGen::evict_idle`). A cache touching every page it
+    /// holds on DRAM within a second or two has next to nothing idle for a
+    /// cycle, and the swap cannot trade in its hot pages below; its pages
+    /// untouched for a quarter second are the ones it touches less than
+    /// about four times a second, and a known-hot page below faulted
+    /// within `hotness.hot_latency` (250 ms) of a scan. "0": only the
+    /// pages idle for a cycle (MGLRU generations 1.5 s old, the rule until
+    /// session 84). Default 250 ms, cut to half of `daemon.interval` when that
+    /// is shorter; a value set longer than half the interval is an error
+    /// (the cycle waits).
+    #[serde(deserialize_with = "de_duration")]
+    pub hot_swap_idle: Duration,
     /// Arrival assist (`policy::PolicyParams::arrival_assist`): within
     /// `hot_swap_window` of an arrival or exit, a container inside its band
     /// but a quarter band or more under its target is assisted (DAMON, then
@@ -727,6 +744,10 @@ pub const PROMOTE_SCAN_PERIOD: Duration = Duration::ZERO;
 /// kernel's hot threshold left alone").
 pub const PROMOTE_HOT_THRESHOLD: Duration = Duration::ZERO;
 
+/// Default of `limits.hot_swap_idle`: a quarter second, the probe's hot
+/// latency (docs/NOTES.md "Session 84").
+pub const HOT_SWAP_IDLE: Duration = Duration::from_millis(250);
+
 impl Default for LimitsConfig {
     fn default() -> Self {
         let p = PolicyParams::default();
@@ -752,6 +773,7 @@ impl Default for LimitsConfig {
             hot_swap_window: Duration::from_millis(p.hot_swap_window_ms),
             hot_swap_extension: Duration::from_millis(p.hot_swap_extension_ms),
             hot_swap_stop_after: p.hot_swap_stop_after,
+            hot_swap_idle: HOT_SWAP_IDLE,
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
@@ -1050,6 +1072,15 @@ impl Config {
                 format!(
                     "{:?} is longer than half of daemon.interval ({:?}); a demotion's cycle waits that long",
                     raw.limits.aging_gap, d.interval
+                ),
+            ));
+        }
+        if raw.limits.hot_swap_idle > d.interval / 2 && raw.limits.hot_swap_idle != HOT_SWAP_IDLE {
+            return Err(bad(
+                "limits.hot_swap_idle",
+                format!(
+                    "{:?} is longer than half of daemon.interval ({:?}); a hot swap's cycle waits that long",
+                    raw.limits.hot_swap_idle, d.interval
                 ),
             ));
         }
@@ -1617,6 +1648,24 @@ mod tests {
             (true, Duration::from_millis(250))
         );
         assert!(c.policy_params().hot_swap);
+        assert_eq!(l.hot_swap_idle, ld.hot_swap_idle);
+    }
+
+    /// The hot swap's idle test may be set shorter than half the interval,
+    /// or 0; the default is not refused for a short interval.
+    #[test]
+    fn the_hot_swap_idle_test_fits_in_half_the_interval() {
+        let c = parse("").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.limits.hot_swap_idle, HOT_SWAP_IDLE);
+        parse("[daemon]\ninterval = \"400ms\"\n[hotness]\naggr_interval = \"200ms\"\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let c = parse("[limits]\nhot_swap_idle = \"0s\"\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.limits.hot_swap_idle.is_zero());
+        let Err(e) = parse("[daemon]\ninterval = \"500ms\"\n[limits]\nhot_swap_idle = \"300ms\"\n")
+        else {
+            panic!("a 300 ms idle test with a 500 ms interval was accepted")
+        };
+        assert!(e.to_string().contains("limits.hot_swap_idle"), "{e}");
     }
 
     fn parse(s: &str) -> Result<Config, ConfigError> {
@@ -1891,6 +1940,7 @@ mod tests {
             ("[daemon]\nnuma_balancing = 1\n", "daemon.numa_balancing"),
             ("[limits]\nband = \"80%\"\n", "limits.band"),
             ("[limits]\naging_gap = \"1500ms\"\n", "limits.aging_gap"),
+            ("[limits]\nhot_swap_idle = \"1500ms\"\n", "limits.hot_swap_idle"),
             (
                 "[limits]\npromote_scan_period = \"10ms\"\n",
                 "limits.promote_scan_period",

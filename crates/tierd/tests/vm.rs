@@ -230,7 +230,7 @@ while [ $more -gt 0 ] && [ $i -lt 240 ]; do
 done
 kill -TERM $!
 wait $! || true
-echo "DAMON_ASSIST_LINES $(grep -c 'DAMON only for containers under promotion assist' /tmp/tierd.log)"
+echo "DAMON_ASSIST_LINES $(grep -c 'DAMON only for containers under promotion assist\|DAMON unavailable: no promotion assist' /tmp/tierd.log)"
 grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
 "#,
         600,
@@ -239,7 +239,9 @@ grep -m1 'demotion through' /tmp/tierd.log | sed 's/^/DEMOTION_LINE /'
     let mech = line_of(&g.output, "DEMOTION_LINE ");
     assert!(mech.contains("multi-gen LRU"), "{mech}\n{}", g.output);
     // With the defaults DAMON serves only the promotion assist, said once,
-    // not every cycle.
+    // not every cycle: that it does, or (Linux 6.17+, where DAMON_STAT's
+    // exclusive kdamond runs from boot) that it cannot, and retries
+    // quietly.
     assert_eq!(
         line_of(&g.output, "DAMON_ASSIST_LINES "),
         "DAMON_ASSIST_LINES 1",

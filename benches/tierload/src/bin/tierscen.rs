@@ -121,6 +121,10 @@ enum Mode {
     /// spaced by `aging_gap` however little it takes (the shipped behaviour
     /// before session 83).
     TierdGapFixed,
+    /// `tierd` with `limits.hot_swap_idle = "0s"`: the hot swap demotes
+    /// only pages idle for a cycle (MGLRU generations 1.5 s old; the
+    /// shipped behaviour before session 84).
+    TierdSwapCycle,
 }
 
 impl Mode {
@@ -147,6 +151,7 @@ impl Mode {
             Mode::TierdNoExt => "tierd-no-ext",
             Mode::TierdNoStop => "tierd-no-stop",
             Mode::TierdGapFixed => "tierd-gap-fixed",
+            Mode::TierdSwapCycle => "tierd-swap-cycle",
         }
     }
 
@@ -185,6 +190,7 @@ impl Mode {
             Mode::TierdNoExt => &[("limits", "hot_swap_extension", toml::Value::from("0s"))],
             Mode::TierdNoStop => &[("limits", "hot_swap_stop_after", toml::Value::from(0))],
             Mode::TierdGapFixed => &[("limits", "aging_gap_lift_after", toml::Value::from(0))],
+            Mode::TierdSwapCycle => &[("limits", "hot_swap_idle", toml::Value::from("0s"))],
         };
         let mut v: toml::Table = toml::from_str(text).context("tierd_config")?;
         for (section, key, value) in set {
@@ -1130,7 +1136,8 @@ fn run_mode(
         | Mode::TierdWindow
         | Mode::TierdNoExt
         | Mode::TierdNoStop
-        | Mode::TierdGapFixed => {
+        | Mode::TierdGapFixed
+        | Mode::TierdSwapCycle => {
             let cfg_path = PathBuf::from(format!("/tmp/tierd-{}.toml", sc.name));
             let cfg_text = mode.tierd_config(&sc.tierd_config)?;
             fs::write(&cfg_path, &cfg_text)?;

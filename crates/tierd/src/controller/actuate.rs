@@ -4,6 +4,7 @@
 //! record of originals and its undo live in [`crate::actuators`].
 
 use super::*;
+use crate::controller::offload::Untouched;
 use cgroupctl::lru_gen::MemcgGens;
 
 impl Controller {
@@ -100,15 +101,22 @@ impl Controller {
                 } else {
                     0
                 };
-                let min_age = if p.assisted {
-                    policy::SWAP_MIN_AGE_MS
+                let idle = self
+                    .cfg
+                    .limits
+                    .hot_swap_idle
+                    .min(self.cfg.daemon.interval / 2);
+                let untouched = if p.assisted {
+                    Untouched::Since(policy::SWAP_MIN_AGE_MS)
+                } else if idle.is_zero() {
+                    Untouched::Since(policy::HOT_SWAP_MIN_AGE_MS)
                 } else {
-                    policy::HOT_SWAP_MIN_AGE_MS
+                    Untouched::For(idle)
                 };
                 let (demote, swap_left) = if swap == 0 {
                     (demote, 0)
                 } else {
-                    match self.swap_out(m, swap, min_age, &mut gens, &mut agings) {
+                    match self.swap_out(m, swap, untouched, &mut gens, &mut agings) {
                         Some(()) => (demote - swap, 0),
                         None if !p.assisted => (demote - swap, 0),
                         None => (demote, swap),
@@ -273,10 +281,11 @@ impl Controller {
 
     /// The demotion half of a within-share or hot swap
     /// (`ContainerPlan::swap_bytes`, bytes): the container's fast-tier pages
-    /// in MGLRU generations at least `min_age_ms` old
-    /// ([`policy::SWAP_MIN_AGE_MS`], [`policy::HOT_SWAP_MIN_AGE_MS`]), up
-    /// to `bytes` ([`Self::evict_cold`] on the fast nodes, which ages first
-    /// when the youngest generation is stale), recorded as the container's
+    /// `untouched` (the within-share swap: in MGLRU generations
+    /// [`policy::SWAP_MIN_AGE_MS`] old; the hot swap: untouched for
+    /// `limits.hot_swap_idle`, or with it 0 in generations
+    /// [`policy::HOT_SWAP_MIN_AGE_MS`] old), up to `bytes`
+    /// ([`Self::evict_cold`] on the fast nodes), recorded as the container's
     /// `swap_room`. What was not that cold stays: the promotion half (the
     /// assist's, or recall's) then finds only the room these pages left,
     /// so the swap neither trades warm pages nor leaves DRAM empty. `None`
@@ -286,7 +295,7 @@ impl Controller {
         &mut self,
         m: &Managed,
         bytes: u64,
-        min_age_ms: u64,
+        untouched: Untouched,
         gens: &mut Option<Vec<MemcgGens>>,
         agings: &mut Agings,
     ) -> Option<()> {
@@ -294,13 +303,12 @@ impl Controller {
             return Some(());
         }
         let fast = self.topo.fast_nodes();
-        match self.evict_cold(m, bytes, min_age_ms, &fast, gens, agings)? {
+        match self.evict_cold(m, bytes, untouched, &fast, gens, agings)? {
             Ok(taken) => {
                 self.swap_room.insert(m.id, taken);
                 self.swap_idle.insert(m.id, taken);
-                tracing::debug!(container = %m.path, asked = bytes, cold = taken,
-                    "swap: demoted its pages untouched for {:.1} s",
-                    min_age_ms as f64 / 1000.0);
+                tracing::debug!(container = %m.path, asked = bytes, cold = taken, ?untouched,
+                    "swap: demoted its untouched pages");
                 let c = ContainerLabels {
                     cgroup: m.path.clone(),
                 };

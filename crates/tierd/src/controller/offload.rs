@@ -7,11 +7,24 @@
 use super::*;
 use crate::controller::actuate::Agings;
 
+/// Which of a container's pages an eviction through MGLRU
+/// ([`Controller::evict_cold`]) may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Untouched {
+    /// Those in generations at least this old, ms, after an aging when the
+    /// youngest is stale ([`cgroupctl::LruGen::evict_cold`]).
+    Since(u64),
+    /// Those untouched between two agings at least this far apart
+    /// ([`cgroupctl::LruGen::evict_idle`]: the hot swap).
+    For(Duration),
+}
+
 impl Controller {
-    /// Eviction of pages untouched for `min_age_ms` through MGLRU
-    /// ([`cgroupctl::LruGen::evict_cold`]): `bytes` split over the
-    /// container's memcgs and `nodes` in proportion to their pages there
-    /// (the offload: every node; the within-share swap: the fast nodes).
+    /// Eviction of pages untouched for `untouched` through MGLRU
+    /// ([`cgroupctl::LruGen::evict_cold`], [`cgroupctl::LruGen::evict_idle`]):
+    /// `bytes` split over the container's memcgs and `nodes` in proportion
+    /// to their pages there (the offload: every node; the swaps: the fast
+    /// nodes).
     /// Returns the bytes asked that old enough generations held (what the
     /// kernel could take). `None` when tierd does not use lru_gen or it
     /// does not list the container.
@@ -19,7 +32,7 @@ impl Controller {
         &self,
         m: &Managed,
         bytes: u64,
-        min_age_ms: u64,
+        untouched: Untouched,
         nodes: &NodeSet,
         gens: &mut Option<Vec<cgroupctl::lru_gen::MemcgGens>>,
         agings: &mut Agings,
@@ -37,7 +50,11 @@ impl Controller {
         let mut taken = 0u64;
         for (g, node, pages) in parts {
             let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
-            match lg.evict_cold(g, node, share, self.swappiness, min_age_ms) {
+            let ev = match untouched {
+                Untouched::Since(ms) => lg.evict_cold(g, node, share, self.swappiness, ms),
+                Untouched::For(idle) => lg.evict_idle(g, node, share, self.swappiness, idle),
+            };
+            match ev {
                 Ok(ev) => {
                     taken += ev.asked_pages.min(ev.evictable_pages);
                     agings.count += u64::from(ev.agings);
@@ -130,7 +147,14 @@ impl Controller {
             // Without lru_gen, memory.reclaim in LRU order: no page-age
             // guard (docs/DESIGN.md offload).
             let nodes: NodeSet = self.topo.nodes.iter().map(|n| n.id).collect();
-            let r = match self.evict_cold(m, step, o.min_age_ms, &nodes, gens, agings) {
+            let r = match self.evict_cold(
+                m,
+                step,
+                Untouched::Since(o.min_age_ms),
+                &nodes,
+                gens,
+                agings,
+            ) {
                 Some(r) => r,
                 None => self.cg.reclaim(&m.path, step).map(|_| step),
             };

@@ -8,6 +8,7 @@
 
 use super::*;
 use crate::controller::actuate::Agings;
+use crate::controller::offload::Untouched;
 use cgroupctl::lru_gen::MemcgGens;
 
 impl Controller {
@@ -88,7 +89,14 @@ impl Controller {
             members: chosen.iter().map(|c| c.1.clone()).collect(),
         };
         let min_age = self.cfg.daemon.unmanaged_min_age.as_millis() as u64;
-        let evicted = self.evict_cold(&outside, ask, min_age, &fast, gens, agings);
+        let evicted = self.evict_cold(
+            &outside,
+            ask,
+            Untouched::Since(min_age),
+            &fast,
+            gens,
+            agings,
+        );
         let taken = match evicted {
             Some(Ok(_)) => match lg.read() {
                 Ok(after) => {
