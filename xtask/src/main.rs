@@ -366,6 +366,8 @@ const KERNEL_DEPENDENT_VM_TESTS: [(&str, &str, &[&str]); 4] = [
         "vm",
         &[
             "over_target_container_is_brought_to_target",
+            // MGLRU's eviction command, and DAMON_STAT running from boot.
+            "demotion_stops_at_the_target_under_mglru",
             "sigterm_restores_kernel_and_cgroup_settings",
             "hot_set_on_cxl_is_promoted_within_budget",
             "kdamonds_removed_on_stop_adopted_after_kill9_foreign_untouched",

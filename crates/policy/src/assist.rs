@@ -65,9 +65,13 @@ pub const SWAP_IDLE_CYCLES: u32 = 3;
 /// pages").
 pub const SWAP_MIN_AGE_MS: u64 = 30_000;
 
-/// The hot swap ([`crate::ContainerPlan::swap_bytes`] of a container that
-/// is not assisted) demotes only fast-tier pages in MGLRU generations at
-/// least this old, milliseconds. MGLRU's eviction takes only generations
+/// With the daemon's `limits.hot_swap_idle` at 0, the hot swap
+/// ([`crate::ContainerPlan::swap_bytes`] of a container that is not
+/// assisted) demotes only fast-tier pages in MGLRU generations at least
+/// this old, milliseconds (by default it takes pages untouched for 250 ms
+/// instead: a cache tenant touching every page it holds on DRAM several
+/// times a second has next to nothing idle for a cycle; docs/NOTES.md
+/// "Session 84"). MGLRU's eviction takes only generations
 /// older than the two youngest, so after the swap's own aging those hold
 /// the pages untouched since the aging before: with a swap (an aging) every
 /// cycle, pages idle for a cycle (2 s at the default interval). The pages

@@ -492,8 +492,10 @@ pub struct ContainerPlan {
     /// once every [`crate::HOT_SWAP_PERIOD_MS`], with at least a
     /// quarter band of known-hot pages on the lower tier
     /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
-    /// of its fast-tier pages idle for [`crate::HOT_SWAP_MIN_AGE_MS`] and
-    /// the daemon's recall moves those pages into the room. It repairs
+    /// of its idle fast-tier pages (the daemon's `limits.hot_swap_idle`:
+    /// untouched for 250 ms by default, or with it 0 for
+    /// [`crate::HOT_SWAP_MIN_AGE_MS`]) and the daemon's recall moves those
+    /// pages into the room. It repairs
     /// what a fast demotion got wrong: a container cut to its share in a
     /// few seconds loses hot pages with the cold, and in a steady state the
     /// kernel no longer promotes them (docs/NOTES.md "Hot swap").
