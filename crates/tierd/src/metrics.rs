@@ -408,7 +408,7 @@ impl Metrics {
             container_demote_requested_bytes: reg!(@cgroup "tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote"),
             container_reclaim_short: reg!(@cgroup "tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)"),
             container_swap_asked_bytes: reg!(@cgroup "tierd_container_swap_asked_bytes", "Bytes the demotion half of a within-share or hot swap asked for (policy ContainerPlan::swap_bytes)"),
-            container_swap_idle_bytes: reg!(@cgroup "tierd_container_swap_idle_bytes", "Of tierd_container_swap_asked_bytes, the bytes found idle long enough (MGLRU generations older than the swap's minimum age and than the two youngest) and demoted: the room the swap's promotion half fills"),
+            container_swap_idle_bytes: reg!(@cgroup "tierd_container_swap_idle_bytes", "Of tierd_container_swap_asked_bytes, the bytes found idle long enough (the hot swap: untouched for limits.hot_swap_idle; the within-share swap: in MGLRU generations 30 s old) and demoted: the room the swap's promotion half fills"),
             container_reclaim_errors: reg!(@cgroup "tierd_container_reclaim_errors", "Failed memory.reclaim / memory.low / cpuset.mems writes, by error"),
             container_demoted_bytes: reg!(@cgroup "tierd_container_demoted_bytes", "Bytes the kernel demoted from the container (memory.stat pgdemote_*, 4 KiB pages)"),
             container_promoted_bytes: reg!(@cgroup "tierd_container_promoted_bytes", "Bytes the kernel promoted for the container (memory.stat pgpromote_success, 4 KiB pages)"),

@@ -2191,7 +2191,7 @@ echo "TIERD_LOG"; grep -v DEBUG /tmp/tierd.log | tail -20
 /// promotes nothing, and recall serves only containers under their target:
 /// with `hot_swap = false` the hot set stays below (the baseline, same
 /// boot). With it, the probe's hint-fault latencies mark the hot pages,
-/// tierd demotes idle pages (MGLRU generations 1.5 s old) and recall moves
+/// tierd demotes idle pages (untouched for `limits.hot_swap_idle`) and recall moves
 /// the hot ones into the room: the hot set reaches DRAM while the
 /// container's DRAM stays at its target. The swap's window is off
 /// (`hot_swap_window = "0"`): the hot set took 47–56 s to come up, close
