@@ -101,21 +101,10 @@ impl Controller {
                 } else {
                     0
                 };
-                let idle = self
-                    .cfg
-                    .limits
-                    .hot_swap_idle
-                    .min(self.cfg.daemon.interval / 2);
-                let untouched = if p.assisted {
-                    Untouched::Since(policy::SWAP_MIN_AGE_MS)
-                } else if idle.is_zero() {
-                    Untouched::Since(policy::HOT_SWAP_MIN_AGE_MS)
-                } else {
-                    Untouched::For(idle)
-                };
                 let (demote, swap_left) = if swap == 0 {
                     (demote, 0)
                 } else {
+                    let untouched = self.swap_untouched(p.assisted);
                     match self.swap_out(m, swap, untouched, &mut gens, &mut agings) {
                         Some(()) => (demote - swap, 0),
                         None if !p.assisted => (demote - swap, 0),
@@ -279,12 +268,29 @@ impl Controller {
         }
     }
 
+    /// Which pages a swap's demotion half may take: the within-share swap
+    /// (an `assisted` container's) those in MGLRU generations
+    /// [`policy::SWAP_MIN_AGE_MS`] old; the hot swap those untouched for
+    /// `limits.hot_swap_idle` (cut to half of `daemon.interval`), or with
+    /// it 0 those in generations [`policy::HOT_SWAP_MIN_AGE_MS`] old.
+    fn swap_untouched(&self, assisted: bool) -> Untouched {
+        let idle = self
+            .cfg
+            .limits
+            .hot_swap_idle
+            .min(self.cfg.daemon.interval / 2);
+        if assisted {
+            Untouched::Since(policy::SWAP_MIN_AGE_MS)
+        } else if idle.is_zero() {
+            Untouched::Since(policy::HOT_SWAP_MIN_AGE_MS)
+        } else {
+            Untouched::For(idle)
+        }
+    }
+
     /// The demotion half of a within-share or hot swap
     /// (`ContainerPlan::swap_bytes`, bytes): the container's fast-tier pages
-    /// `untouched` (the within-share swap: in MGLRU generations
-    /// [`policy::SWAP_MIN_AGE_MS`] old; the hot swap: untouched for
-    /// `limits.hot_swap_idle`, or with it 0 in generations
-    /// [`policy::HOT_SWAP_MIN_AGE_MS`] old), up to `bytes`
+    /// `untouched` ([`Self::swap_untouched`]), up to `bytes`
     /// ([`Self::evict_cold`] on the fast nodes), recorded as the container's
     /// `swap_room`. What was not that cold stays: the promotion half (the
     /// assist's, or recall's) then finds only the room these pages left,

@@ -14,7 +14,7 @@ pub(super) enum Untouched {
     /// Those in generations at least this old, ms, after an aging when the
     /// youngest is stale ([`cgroupctl::LruGen::evict_cold`]).
     Since(u64),
-    /// Those untouched between two agings at least this far apart
+    /// Those untouched for at least this long, by one or two agings
     /// ([`cgroupctl::LruGen::evict_idle`]: the hot swap).
     For(Duration),
 }
