@@ -102,10 +102,25 @@ pub(crate) fn container_open(
     }
 }
 
+/// The least idle supply a hot swap must find, as a fraction of what the
+/// container holds on the fast tier, for the swap to count as fruitful
+/// ([`fruitless`]; the other bound is a quarter of its band).
+///
+/// Why a tenth: a page touched `r` times a second stays untouched for the
+/// idle test `w` (250 ms) with a chance of e^(−r·w), so a container whose
+/// fast-tier pages are all hot shows a small idle fraction however many
+/// bytes that is, and its swaps trade hot pages for hot ones: noisy-neighbour's
+/// all-hot 800 MiB tenant (~12 touches a second per page) found 3–9 % of its
+/// ~490 MiB idle swap after swap, where identical-cache's Zipf tenants
+/// found 8–22 % while their swaps repaired a cut (docs/NOTES.md "Session 85").
+pub const HOT_SWAP_MIN_IDLE_FRACTION: f64 = 0.1;
+
 /// Records what container `id`'s swap of the last cycle found idle
-/// (`idle`, bytes; `None`: it did not swap) against `min` (a quarter of its
-/// band, the least a swap asks for), and says whether its hot swaps have
-/// ended: `stop_after` (> 0) swaps in a row found less than `min`.
+/// (`idle`, bytes: every page that passed the idle test, taken or not;
+/// `None`: it did not swap) against `min` (the larger of a quarter of its
+/// band, the least a swap asks for, and [`HOT_SWAP_MIN_IDLE_FRACTION`] of
+/// its fast-tier bytes), and says whether its hot swaps have ended:
+/// `stop_after` (> 0) swaps in a row found less than `min`.
 pub(crate) fn fruitless(
     st: &mut HotSwapState,
     id: ContainerId,

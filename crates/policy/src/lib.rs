@@ -18,7 +18,7 @@ pub mod unmanaged;
 
 pub use assist::{HOT_SWAP_MIN_AGE_MS, SWAP_MIN_AGE_MS};
 pub use demand::{DemandHolds, DEMAND_DECAY_PER_S, DEMAND_HOLD_MISSES};
-pub use hotswap::{HOT_SWAP_PERIOD_MS, HOT_SWAP_QUIET_MS};
+pub use hotswap::{HOT_SWAP_MIN_IDLE_FRACTION, HOT_SWAP_PERIOD_MS, HOT_SWAP_QUIET_MS};
 pub use model::*;
 pub use solve::solve;
 

@@ -138,10 +138,12 @@ pub struct ContainerSnapshot {
     pub known_hot_below_bytes: u64,
     /// What the container's swap of the previous cycle (hot or
     /// within-share, [`ContainerPlan::swap_bytes`]) found idle on the fast
-    /// tier and demoted, bytes; `None` when it did not swap then (or the
-    /// swap failed). Swaps that find next to nothing idle trade a hot page
-    /// for a hot one: [`PolicyParams::hot_swap_stop_after`] of them in a row
-    /// end its hot swaps until the next arrival or exit.
+    /// tier, bytes: every page that passed its idle test, whether the swap
+    /// took it or not (its supply, not what it asked); `None` when it did
+    /// not swap then (or the swap failed). Swaps that find next to nothing
+    /// idle trade a hot page for a hot one:
+    /// [`PolicyParams::hot_swap_stop_after`] of them in a row end its hot
+    /// swaps until the next arrival or exit.
     pub swap_idle_bytes: Option<u64>,
     /// For a container whose policy has `offload`: its bytes on every node
     /// in MGLRU generations younger than the offload's `min_age` (pages
@@ -289,8 +291,9 @@ pub struct PolicyParams {
     /// scan of a settled newcomer can come a minute later
     /// (`hotswap::container_open`).
     pub hot_swap_extension_ms: u64,
-    /// After this many hot swaps in a row that each found less than a
-    /// quarter of the container's band idle on its fast tier
+    /// After this many hot swaps in a row that each found idle on its fast
+    /// tier less than a quarter of the container's band or
+    /// [`crate::HOT_SWAP_MIN_IDLE_FRACTION`] of what it holds there
     /// ([`ContainerSnapshot::swap_idle_bytes`]), the container swaps no more
     /// until the next arrival or exit: every page it holds there was
     /// touched since the last aging, so each further swap is an aging (a

@@ -178,6 +178,13 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // Hysteresis (docs/DESIGN.md rule 3): classify, and what each would move.
     let mut over: Vec<(usize, u64)> = Vec::new();
     let mut under: Vec<(usize, u64)> = Vec::new();
+    let over_band = |p: &ContainerPlan, c: &ContainerSnapshot| {
+        !c.policy.opt_out
+            && c.fast_bytes
+                > p.target_bytes
+                    .saturating_add(band_bytes(params, p.target_bytes))
+    };
+    let someone_over = plans.iter().zip(&cs).any(|(p, c)| over_band(p, c));
     for (i, (p, c)) in plans.iter_mut().zip(&cs).enumerate() {
         if c.policy.opt_out {
             continue;
@@ -187,9 +194,17 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         // it, kswapd demotes it) is the one its neighbours need demoted, and
         // leaving it above target lets kswapd take from them instead (seen in
         // the emulated host: a protected neighbour lost 105 MiB, not 60).
+        // And only while nobody is over target: a damped container short of
+        // its share beside one holding more than its own would otherwise be
+        // at target, claim nothing, and the excess would stay where it is
+        // (its promotion is still cut per level, below).
         let band = band_bytes(params, p.target_bytes);
-        let promote_band = band.saturating_mul(1u64 << p.damping_level.min(16));
-        if c.fast_bytes > p.target_bytes.saturating_add(band) {
+        let promote_band = if someone_over {
+            band
+        } else {
+            band.saturating_mul(1u64 << p.damping_level.min(16))
+        };
+        if over_band(p, c) {
             p.state = PlacementState::OverTarget;
             over.push((i, c.fast_bytes - p.target_bytes));
         } else if c.fast_bytes.saturating_add(promote_band) < p.target_bytes && c.slow_bytes > 0 {
@@ -405,8 +420,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // exit (more for one quiet at that close, until its next burst) and at
     // most once every few cycles (hotswap.rs: each swap is an aging of the
     // container), and no more after `hot_swap_stop_after` swaps in a row
-    // found next to nothing idle (its fast-tier pages are all hot: a swap
-    // would trade hot for hot). Damped or not: its halves move
+    // found next to nothing idle (less than a quarter band or a tenth of
+    // what it holds on the fast tier: its pages there are all hot, and a
+    // swap would trade hot for hot). Damped or not: its halves move
     // different pages (idle ones down, hot ones up), which is not
     // ping-pong, and a container damped after a fast cut is the one whose
     // hot pages went down with its cold ones.
@@ -422,7 +438,11 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 &mut state.hot_swap,
                 c.id,
                 c.swap_idle_bytes,
-                (band_bytes(params, p.target_bytes) / 4).max(1),
+                (band_bytes(params, p.target_bytes) / 4)
+                    .max(whole_bytes(
+                        c.fast_bytes as f64 * crate::hotswap::HOT_SWAP_MIN_IDLE_FRACTION,
+                    ))
+                    .max(1),
                 params.hot_swap_stop_after,
             );
             params.hot_swap

@@ -657,9 +657,10 @@ pub struct LimitsConfig {
     /// later); "0": none.
     #[serde(deserialize_with = "de_duration")]
     pub hot_swap_extension: Duration,
-    /// After this many hot swaps in a row that each found less than a
-    /// quarter of the container's band idle (its fast-tier pages all
-    /// touched since the last aging), the container swaps no more until the
+    /// After this many hot swaps in a row that each found idle less than a
+    /// quarter of the container's band or `policy::HOT_SWAP_MIN_IDLE_FRACTION`
+    /// of its fast-tier bytes (its pages there all touched within the idle
+    /// test, bar chance), the container swaps no more until the
     /// next arrival or exit (`policy::PolicyParams::hot_swap_stop_after`);
     /// 0: never stop.
     pub hot_swap_stop_after: u32,

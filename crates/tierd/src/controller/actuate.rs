@@ -4,7 +4,7 @@
 //! record of originals and its undo live in [`crate::actuators`].
 
 use super::*;
-use crate::controller::offload::Untouched;
+use crate::controller::offload::{Evicted, Untouched};
 use cgroupctl::lru_gen::MemcgGens;
 
 impl Controller {
@@ -310,10 +310,10 @@ impl Controller {
         }
         let fast = self.topo.fast_nodes();
         match self.evict_cold(m, bytes, untouched, &fast, gens, agings)? {
-            Ok(taken) => {
+            Ok(Evicted { taken, idle }) => {
                 self.swap_room.insert(m.id, taken);
-                self.swap_idle.insert(m.id, taken);
-                tracing::debug!(container = %m.path, asked = bytes, cold = taken, ?untouched,
+                self.swap_idle.insert(m.id, idle);
+                tracing::debug!(container = %m.path, asked = bytes, cold = taken, idle, ?untouched,
                     "swap: demoted its untouched pages");
                 let c = ContainerLabels {
                     cgroup: m.path.clone(),

@@ -19,15 +19,26 @@ pub(super) enum Untouched {
     For(Duration),
 }
 
+/// What an eviction through MGLRU ([`Controller::evict_cold`]) found and
+/// asked of the kernel, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Evicted {
+    /// The bytes asked that old enough generations held (what the kernel
+    /// could take), at most the bytes asked.
+    pub taken: u64,
+    /// All the bytes old enough generations held when the eviction ran,
+    /// asked or not: the container's supply of pages that passed the test.
+    pub idle: u64,
+}
+
 impl Controller {
     /// Eviction of pages untouched for `untouched` through MGLRU
     /// ([`cgroupctl::LruGen::evict_cold`], [`cgroupctl::LruGen::evict_idle`]):
     /// `bytes` split over the container's memcgs and `nodes` in proportion
     /// to their pages there (the offload: every node; the swaps: the fast
     /// nodes).
-    /// Returns the bytes asked that old enough generations held (what the
-    /// kernel could take). `None` when tierd does not use lru_gen or it
-    /// does not list the container.
+    /// Returns what old enough generations held ([`Evicted`]). `None` when
+    /// tierd does not use lru_gen or it does not list the container.
     pub(super) fn evict_cold(
         &self,
         m: &Managed,
@@ -36,7 +47,7 @@ impl Controller {
         nodes: &NodeSet,
         gens: &mut Option<Vec<cgroupctl::lru_gen::MemcgGens>>,
         agings: &mut Agings,
-    ) -> Option<cgroupctl::Result<u64>> {
+    ) -> Option<cgroupctl::Result<Evicted>> {
         let lg = self.lru_gen.as_ref()?;
         let parts = match self.lru_gen_parts(m, gens, nodes)? {
             Ok(p) => p,
@@ -47,7 +58,7 @@ impl Controller {
             return None;
         }
         let want = bytes.div_ceil(PAGE_BYTES);
-        let mut taken = 0u64;
+        let (mut taken, mut idle) = (0u64, 0u64);
         for (g, node, pages) in parts {
             let share = (u128::from(want) * u128::from(pages)).div_ceil(u128::from(total)) as u64;
             let ev = match untouched {
@@ -57,6 +68,7 @@ impl Controller {
             match ev {
                 Ok(ev) => {
                     taken += ev.asked_pages.min(ev.evictable_pages);
+                    idle += ev.evictable_pages;
                     agings.count += u64::from(ev.agings);
                     agings.time += ev.aging;
                 }
@@ -64,7 +76,10 @@ impl Controller {
                 Err(e) => return Some(Err(e)),
             }
         }
-        Some(Ok((taken * PAGE_BYTES).min(bytes)))
+        Some(Ok(Evicted {
+            taken: (taken * PAGE_BYTES).min(bytes),
+            idle: idle * PAGE_BYTES,
+        }))
     }
 
     /// An offloading container's warm set
@@ -155,7 +170,7 @@ impl Controller {
                 gens,
                 agings,
             ) {
-                Some(r) => r,
+                Some(r) => r.map(|e| e.taken),
                 None => self.cg.reclaim(&m.path, step).map(|_| step),
             };
             match r {
