@@ -68,7 +68,7 @@ pub const SWAP_MIN_AGE_MS: u64 = 30_000;
 /// With the daemon's `limits.hot_swap_idle` at 0, the hot swap
 /// ([`crate::ContainerPlan::swap_bytes`] of a container that is not
 /// assisted) demotes only fast-tier pages in MGLRU generations at least
-/// this old, milliseconds (by default it takes pages untouched for 250 ms
+/// this old, milliseconds (by default it takes pages untouched for 500 ms
 /// instead: a cache tenant touching every page it holds on DRAM several
 /// times a second has next to nothing idle for a cycle; docs/NOTES.md
 /// "Session 84"). MGLRU's eviction takes only generations

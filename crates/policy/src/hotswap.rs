@@ -107,12 +107,13 @@ pub(crate) fn container_open(
 /// ([`fruitless`]; the other bound is a quarter of its band).
 ///
 /// Why a tenth: a page touched `r` times a second stays untouched for the
-/// idle test `w` (250 ms) with a chance of e^(−r·w), so a container whose
-/// fast-tier pages are all hot shows a small idle fraction however many
-/// bytes that is, and its swaps trade hot pages for hot ones: noisy-neighbour's
-/// all-hot 800 MiB tenant (~12 touches a second per page) found 3–9 % of its
-/// ~490 MiB idle swap after swap, where identical-cache's Zipf tenants
-/// found 8–22 % while their swaps repaired a cut (docs/NOTES.md "Session 85").
+/// idle test `w` (`limits.hot_swap_idle`) with a chance of e^(−r·w), so a
+/// container whose fast-tier pages are all hot shows a small idle fraction
+/// however many bytes that is, and its swaps trade hot pages for hot ones:
+/// with `w` = 250 ms, noisy-neighbour's all-hot 800 MiB tenant (~12
+/// touches a second per page) found 2–9 % of its ~490 MiB idle swap after
+/// swap, where identical-cache's Zipf tenants found 8–22 % while their
+/// swaps repaired a cut (docs/NOTES.md "Session 85").
 pub const HOT_SWAP_MIN_IDLE_FRACTION: f64 = 0.1;
 
 /// Records what container `id`'s swap of the last cycle found idle

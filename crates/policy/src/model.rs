@@ -496,7 +496,7 @@ pub struct ContainerPlan {
     /// quarter band of known-hot pages on the lower tier
     /// ([`ContainerSnapshot::known_hot_below_bytes`]), it demotes as many
     /// of its idle fast-tier pages (the daemon's `limits.hot_swap_idle`:
-    /// untouched for 250 ms by default, or with it 0 for
+    /// untouched for 500 ms by default, or with it 0 for
     /// [`crate::HOT_SWAP_MIN_AGE_MS`]) and the daemon's recall moves those
     /// pages into the room. It repairs
     /// what a fast demotion got wrong: a container cut to its share in a

@@ -672,11 +672,13 @@ pub struct LimitsConfig {
     /// (`cgroupctl::LruGen::evict_idle`). A cache touching every page it
     /// holds on DRAM within a second or two has next to nothing idle for a
     /// cycle, and the swap cannot trade in its hot pages below; its pages
-    /// untouched for a quarter second are the ones it touches less than
-    /// about four times a second, and a known-hot page below faulted
-    /// within `hotness.hot_latency` (250 ms) of a scan. "0": only the
-    /// pages idle for a cycle (MGLRU generations 1.5 s old, the rule until
-    /// session 84). Default 250 ms, cut to half of `daemon.interval` when that
+    /// untouched for half a second are the ones it touches less than
+    /// about twice a second, and a known-hot page below faulted within
+    /// `hotness.hot_latency` (250 ms) of a scan: twice the idle test's
+    /// rate, so a swap does not trade pages at the edge of its share for
+    /// each other. "0": only the pages idle for a cycle (MGLRU generations
+    /// 1.5 s old, the rule until session 84). Default 500 ms (250 ms in
+    /// session 84), cut to half of `daemon.interval` when that
     /// is shorter; a value set longer than half the interval is an error
     /// (the cycle waits).
     #[serde(deserialize_with = "de_duration")]
@@ -745,9 +747,10 @@ pub const PROMOTE_SCAN_PERIOD: Duration = Duration::ZERO;
 /// kernel's hot threshold left alone").
 pub const PROMOTE_HOT_THRESHOLD: Duration = Duration::ZERO;
 
-/// Default of `limits.hot_swap_idle`: a quarter second, the probe's hot
-/// latency (docs/NOTES.md "Session 84").
-pub const HOT_SWAP_IDLE: Duration = Duration::from_millis(250);
+/// Default of `limits.hot_swap_idle`: half a second, twice the probe's hot
+/// latency. A quarter second (session 84) traded as well at a fifth more
+/// tiering CPU (docs/NOTES.md "Session 85").
+pub const HOT_SWAP_IDLE: Duration = Duration::from_millis(500);
 
 impl Default for LimitsConfig {
     fn default() -> Self {
