@@ -195,9 +195,9 @@ pub struct Controller {
     /// Bytes each container's hot swap evicted this cycle: the room its
     /// promotion half (recall) fills (`ContainerPlan::swap_bytes`).
     swap_room: HashMap<u64, u64>,
-    /// Bytes each container's swap found idle and demoted in the last cycle
-    /// it swapped, for the next snapshot (`ContainerSnapshot::swap_idle_bytes`;
-    /// taken as it is read).
+    /// Bytes each container's swap found idle (every page that passed its
+    /// idle test, taken or not) in the last cycle it swapped, for the next
+    /// snapshot (`ContainerSnapshot::swap_idle_bytes`; taken as it is read).
     swap_idle: HashMap<u64, u64>,
     /// Over-target containers whose demotion reclaim does not take
     /// (`unevictable.rs`).
