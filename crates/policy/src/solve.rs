@@ -539,16 +539,29 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 .saturating_sub(c.fast_bytes)
                 .min(p.promote_bytes);
         }
-        // A guarantee is hard whenever its container is protected:
-        // memory.low alone is only an ordering under the multi-gen LRU, and
-        // kswapd can take tens of MiB between two cycles (see ContainerPlan).
-        p.memory_min_bytes =
-            if p.state != PlacementState::Pinned && p.memory_low_bytes > 0 && p.guarantee_bytes > 0
-            {
-                p.memory_low_bytes
-            } else {
-                0
-            };
+    }
+    // A container holding more than its target, unprotected: kswapd has
+    // fast-tier pages to demote that nobody's share needs.
+    let someone_unprotected_over = plans.iter().zip(&cs).any(|(p, c)| {
+        p.state != PlacementState::Pinned
+            && p.memory_low_bytes == 0
+            && c.fast_bytes > p.target_bytes
+    });
+    for p in plans.iter_mut() {
+        // memory.low alone is only an ordering under the multi-gen LRU:
+        // kswapd can take tens of MiB between two cycles from a protected
+        // container (see ContainerPlan). A guarantee is hard whenever its
+        // container is protected; any protected container is while another
+        // holds an excess, so kswapd takes that excess and not pages the
+        // protected one must then promote back.
+        p.memory_min_bytes = if p.state != PlacementState::Pinned
+            && p.memory_low_bytes > 0
+            && (p.guarantee_bytes > 0 || someone_unprotected_over)
+        {
+            p.memory_low_bytes
+        } else {
+            0
+        };
     }
 
     // New state: exactly the containers of this snapshot (prunes the rest).

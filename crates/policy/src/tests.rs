@@ -1445,6 +1445,39 @@ fn memory_min_guards_a_guarantee_while_its_container_is_protected() {
     assert_eq!(min_of(300, 600).2, 0);
 }
 
+#[test]
+fn memory_min_guards_every_protected_container_while_another_holds_an_excess() {
+    // Two identical tenants, 700 MiB each, pool 1024 MiB: targets 512 MiB.
+    let p = PolicyParams {
+        demand: DemandSource::Usage,
+        band_min_bytes: 16 * MIB,
+        ..params()
+    };
+    let mins = |a: u64, b: u64| {
+        let s = snap(
+            1024 * MIB,
+            vec![
+                c(1, a * MIB, (700 - a) * MIB),
+                c(2, b * MIB, (700 - b) * MIB),
+            ],
+        );
+        let plan = run(&s, &p);
+        let (pa, pb) = (plan.get(1).unwrap(), plan.get(2).unwrap());
+        assert_eq!(pa.target_bytes, 512 * MIB);
+        (
+            (pa.memory_low_bytes, pa.memory_min_bytes),
+            (pb.memory_low_bytes, pb.memory_min_bytes),
+        )
+    };
+    // b over its target: kswapd is to take b's excess, never a's pages
+    // (memory.low would only put a at the end of its walk).
+    assert_eq!(mins(400, 600), ((700 * MIB, 700 * MIB), (0, 0)));
+    // Inside the band but above its target b is unprotected all the same.
+    assert_eq!(mins(508, 516), ((700 * MIB, 700 * MIB), (0, 0)));
+    // Nobody above target: memory.low only, kswapd spreads what it takes.
+    assert_eq!(mins(500, 500), ((700 * MIB, 0), (700 * MIB, 0)));
+}
+
 // ---- Steady state (kernel promotion limited) --------------------------------
 
 #[test]

@@ -403,7 +403,7 @@ impl Metrics {
             container_local_low_bytes: reg!("tierd_container_local_low_bytes", "Configured local_low resolved to bytes", Family::default()),
             container_local_high_bytes: reg!("tierd_container_local_high_bytes", "Configured local_high resolved to bytes", Family::default()),
             container_memory_low_bytes: reg!("tierd_container_memory_low_bytes", "memory.low protection written by tierd", Family::default()),
-            container_memory_min_bytes: reg!("tierd_container_memory_min_bytes", "memory.min protection written by tierd (a container with a local_low guarantee, at or under its target)", Family::default()),
+            container_memory_min_bytes: reg!("tierd_container_memory_min_bytes", "memory.min protection written by tierd (a container at or under its target with a local_low guarantee, or while another container holds more than its target unprotected)", Family::default()),
             container_state: reg!("tierd_container_state", "1 for the container's placement state (over_target, under_target, at_target, pinned)", Family::default()),
             container_demote_requested_bytes: reg!(@cgroup "tierd_container_demote_requested_bytes", "Bytes tierd asked memory.reclaim to demote"),
             container_reclaim_short: reg!(@cgroup "tierd_container_reclaim_short", "memory.reclaim writes that returned EAGAIN (reclaimed less than asked)"),

@@ -78,8 +78,9 @@ pub struct ContainerStatus {
     pub local_high_bytes: u64,
     pub target_bytes: u64,
     pub memory_low_bytes: u64,
-    /// memory.min written (a container with a guarantee, at or under its
-    /// target), bytes; absent in older tierd's /status.
+    /// memory.min written (a container at or under its target with a
+    /// guarantee, or while another holds an excess unprotected), bytes;
+    /// absent in older tierd's /status.
     #[serde(default)]
     pub memory_min_bytes: u64,
     pub demote_bytes: u64,

@@ -34,7 +34,9 @@ impl Controller {
                 (Protection::Min, p.memory_min_bytes),
             ] {
                 // memory.min is written only once it is wanted: a host
-                // without guarantees never sees tierd touch it.
+                // where no container is ever over its target beside a
+                // protected one, and none has a guarantee, never sees tierd
+                // touch it.
                 if knob == Protection::Min && bytes == 0 && !self.protection.contains(knob, &m.path)
                 {
                     continue;

@@ -175,17 +175,28 @@ impl Controller {
             results.push((c, mv));
         }
         for (c, mv) in results {
-            self.spend_swap_room(c, mv.bytes);
             self.record_move(managed, c, Direction::Promote, mechanism, &mv);
+            self.spend_swap_room(c, mv.bytes);
         }
     }
 
-    /// Takes `bytes` promoted for container `c` off the room its swap made
-    /// this cycle, so that a second promotion in the same cycle (the
-    /// guarantee's, then the assist's) does not spend it again.
+    /// Takes `bytes` promoted for container `c` (already counted by
+    /// [`Self::record_move`]) off the room its swap made this cycle, so
+    /// that a second promotion in the same cycle (the guarantee's, then the
+    /// assist's) does not spend it again.
+    ///
+    /// What refilled that room is the swap's promotion half and leaves the
+    /// thrash input, as its demotion half does (`record_demotion`,
+    /// `swap_out`): min(down, up) would otherwise read a container trading
+    /// its own pages after a cut as thrashing and damp it.
     pub(super) fn spend_swap_room(&mut self, c: u64, bytes: u64) {
-        if let Some(r) = self.swap_room.get_mut(&c) {
-            *r = r.saturating_sub(bytes);
+        let Some(r) = self.swap_room.get_mut(&c) else {
+            return;
+        };
+        let spent = bytes.min(*r);
+        *r -= spent;
+        if let Some(own) = self.own_moved.get_mut(&c) {
+            own.promoted_bytes = own.promoted_bytes.saturating_sub(spent);
         }
     }
 }
@@ -242,5 +253,51 @@ mod tests {
         let starts: Vec<u64> = kept[0].regions.iter().map(|r| r.start).collect();
         assert_eq!(starts, vec![4096, 12288]);
         assert_eq!(kept[0].nodes.len(), 2);
+    }
+
+    /// A controller on a copy of the 6.12 guest's kernel files.
+    fn fixture_controller() -> (tempfile::TempDir, Controller) {
+        let fixtures = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/linux-6.12"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        testbed::copy_tree(std::path::Path::new(fixtures), dir.path());
+        let root = dir.path();
+        let text = format!(
+            "[daemon]\ncgroup_root = {:?}\nsysfs_root = {:?}\nprocfs_root = {:?}\n[[policy]]\nmatch = \"test.slice/*\"\n",
+            root.join("sys/fs/cgroup"),
+            root.join("sys"),
+            root.join("proc"),
+        );
+        let cfg = crate::config::Config::parse(&text, std::path::Path::new("test.toml")).unwrap();
+        let c = Controller::new(
+            cfg,
+            Arc::new(crate::metrics::Metrics::new("kernel")),
+            Arc::new(std::sync::Mutex::new(Default::default())),
+        )
+        .unwrap();
+        (dir, c)
+    }
+
+    #[test]
+    fn a_swaps_promotion_half_leaves_the_thrash_input() {
+        let (_dir, mut c) = fixture_controller();
+        const MIB: u64 = 1 << 20;
+        // 10 MiB promoted this cycle, 6 MiB of it into the room the
+        // container's own swap made.
+        c.swap_room.insert(1, 6 * MIB);
+        c.own_moved.entry(1).or_default().promoted_bytes = 10 * MIB;
+        c.spend_swap_room(1, 10 * MIB);
+        assert_eq!(c.own_moved[&1].promoted_bytes, 4 * MIB);
+        assert_eq!(c.swap_room[&1], 0);
+        // The room spent, a later promotion counts whole.
+        c.own_moved.get_mut(&1).unwrap().promoted_bytes += 2 * MIB;
+        c.spend_swap_room(1, 2 * MIB);
+        assert_eq!(c.own_moved[&1].promoted_bytes, 6 * MIB);
+        // A container that did not swap keeps all of its promotions.
+        c.own_moved.entry(2).or_default().promoted_bytes = 3 * MIB;
+        c.spend_swap_room(2, 3 * MIB);
+        assert_eq!(c.own_moved[&2].promoted_bytes, 3 * MIB);
     }
 }

@@ -565,8 +565,8 @@ impl Controller {
             }
         }
         for (c, mv) in results {
-            self.spend_swap_room(c, mv.bytes);
             self.record_move(managed, c, Direction::Promote, "recall", &mv);
+            self.spend_swap_room(c, mv.bytes);
         }
         self.metrics
             .recall_queried_pages
