@@ -447,18 +447,21 @@ pub struct ContainerPlan {
     /// Protection by `memory.min`, in bytes (written as `max` when not 0,
     /// like `memory_low_bytes`): its usage whenever `memory.low` protects
     /// it (at or under its target) and either it has a `local_low`
-    /// guarantee or another container that is not pinned holds more than
-    /// its target unprotected (`memory.low` 0); else 0. With the multi-gen
+    /// guarantee or, while no container fills its share
+    /// ([`Plan::filling`]), another container that is not pinned holds more
+    /// than its target unprotected (`memory.low` 0); else 0. With the multi-gen
     /// LRU (6.1+, Debian's default) `memory.low` only orders reclaim:
     /// `shrink_one` in mm/vmscan.c moves a memcg below its low to the tail
     /// once, then reclaims it anyway, so kswapd demotes protected
     /// containers below their `local_low`, or below their share while a
     /// neighbour's promotions wake it, pages they then promote back;
     /// `memory.min` is never reclaimed (`mem_cgroup_below_min`), so kswapd
-    /// takes the excess. Only while there is an excess: with every
+    /// takes the excess. Only while there is an excess, and not during an
+    /// arrival (the incumbents' pages are all young then): with every
     /// container protected by `memory.min` and the rest all young, kswapd
-    /// would find nothing and the kernel give the fast node up
-    /// (`node_unreclaimable`). Like `memory.low` it covers total usage,
+    /// finds nothing, and after 16 tries the kernel gives the fast node up
+    /// (`node_unreclaimable`; seen in the emulated host with the rule
+    /// applied during an arrival). Like `memory.low` it covers total usage,
     /// which is why it is the whole usage; it lapses as soon as the
     /// container holds more than its target.
     pub memory_min_bytes: u64,

@@ -541,12 +541,16 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
         }
     }
     // A container holding more than its target, unprotected: kswapd has
-    // fast-tier pages to demote that nobody's share needs.
-    let someone_unprotected_over = plans.iter().zip(&cs).any(|(p, c)| {
-        p.state != PlacementState::Pinned
-            && p.memory_low_bytes == 0
-            && c.fast_bytes > p.target_bytes
-    });
+    // fast-tier pages to demote that nobody's share needs. Not while one
+    // fills its share: the incumbents' pages are then all young (nothing
+    // has aged them yet), kswapd can find nothing it may take, and after 16
+    // such tries the kernel gives the fast node up.
+    let someone_unprotected_over = !filling.contains(&true)
+        && plans.iter().zip(&cs).any(|(p, c)| {
+            p.state != PlacementState::Pinned
+                && p.memory_low_bytes == 0
+                && c.fast_bytes > p.target_bytes
+        });
     for p in plans.iter_mut() {
         // memory.low alone is only an ordering under the multi-gen LRU:
         // kswapd can take tens of MiB between two cycles from a protected

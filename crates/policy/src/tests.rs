@@ -661,6 +661,16 @@ fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
     assert_eq!(plan.get(1).unwrap().demote_bytes, 0);
     assert_eq!(low(&plan, 1), 0);
     assert_eq!(low(&plan, 2), 30 * MIB, "the newcomer stays protected");
+    // 300 MiB, the hog 20 MiB over its target (500 MiB): the newcomer is
+    // protected by memory.low only. The hog's pages are all young, and with
+    // the newcomer under memory.min kswapd could find nothing to take.
+    s.containers[0] = c(1, 520 * MIB, 180 * MIB);
+    s.containers[1] = c(2, 280 * MIB, 20 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(plan.filling, [2]);
+    assert_eq!(plan.get(1).unwrap().state, PlacementState::OverTarget);
+    assert_eq!(low(&plan, 2), 300 * MIB);
+    assert_eq!(plan.get(2).unwrap().memory_min_bytes, 0);
     // The hog would keep less than it holds only while it holds more: at
     // 400 MiB (kswapd demoted the rest) it is protected again.
     s.containers[0] = c(1, 400 * MIB, 300 * MIB);
@@ -673,6 +683,13 @@ fn an_arrival_unprotects_the_incumbents_while_the_newcomer_grows() {
     let plan = solve(&s, &p, &mut st);
     assert!(plan.filling.is_empty());
     assert_eq!(low(&plan, 1), 700 * MIB, "at its target, the ordinary rule");
+    // Filling over, and the newcomer (target 400 MiB) holds more than its
+    // own: memory.min for the hog, under its target.
+    s.containers[1] = c(2, 416 * MIB, 16 * MIB);
+    let plan = solve(&s, &p, &mut st);
+    assert!(plan.filling.is_empty());
+    assert_eq!(low(&plan, 2), 0);
+    assert_eq!(plan.get(1).unwrap().memory_min_bytes, 700 * MIB);
 }
 
 /// The aging gaps of a plan, by container id.
