@@ -4,10 +4,12 @@
 //! [`crate::topology::unreclaimable_nodes`]); NUMA-balancing promotion into
 //! the node then fails too, for the rest of the boot, until a reclaim through
 //! `shrink_node()` frees a page there. tierd's protection can cause it:
-//! with a guarantee under `memory.min` and an all-hot neighbour (nothing old
-//! enough for MGLRU to evict), kswapd found nothing it could take (seen in
-//! the emulated host, docs/NOTES.md "A fast node the kernel gave up on"),
-//! and kernel tiering stayed dead after tierd stopped. MGLRU's eviction
+//! with a container under `memory.min` (a guarantee, or short of its share
+//! beside one over its own) and a neighbour whose pages are all hot
+//! (nothing old enough for MGLRU to evict), kswapd found nothing it could
+//! take (seen in the emulated host, docs/NOTES.md "A fast node the kernel
+//! gave up on" and "Session 86"), and kernel tiering stayed dead after
+//! tierd stopped. MGLRU's eviction
 //! command, tierd's usual demotion, does not reset the kernel's count; a
 //! `memory.reclaim` write does.
 //!
