@@ -324,6 +324,13 @@ pub struct PolicyParams {
     /// promoted back page by page while the incumbents are demoted anyway.
     /// On by default.
     pub arrival_lookahead: bool,
+    /// `memory.min` for a protected container while another holds more
+    /// than its target unprotected and none fills its share
+    /// ([`ContainerPlan::memory_min_bytes`]): kswapd then takes that excess,
+    /// not pages the protected container would promote back. Its cost: with
+    /// the excess all hot, kswapd finds nothing and the kernel gives the
+    /// fast node up (`node_unreclaimable`) while tierd runs. On by default.
+    pub share_min: bool,
     /// The least time between the two agings of a demotion through the
     /// multi-gen LRU (`cgroupctl::LruGen::demote`), in ms, while no
     /// container is filling its share ([`ContainerPlan::aging_gap_ms`]; 0: back to
@@ -397,6 +404,7 @@ impl Default for PolicyParams {
             arrival_assist: false,
             arrival_window_ms: 30_000,
             arrival_lookahead: true,
+            share_min: true,
             aging_gap_ms: 500,
             aging_gap_lift_after: 3,
         }

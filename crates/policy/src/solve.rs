@@ -545,7 +545,8 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // fills its share: the incumbents' pages are then all young (nothing
     // has aged them yet), kswapd can find nothing it may take, and after 16
     // such tries the kernel gives the fast node up.
-    let someone_unprotected_over = !filling.contains(&true)
+    let someone_unprotected_over = params.share_min
+        && !filling.contains(&true)
         && plans.iter().zip(&cs).any(|(p, c)| {
             p.state != PlacementState::Pinned
                 && p.memory_low_bytes == 0

@@ -38,6 +38,7 @@ fn params() -> PolicyParams {
         arrival_assist: false,
         arrival_window_ms: 0,
         arrival_lookahead: false,
+        share_min: true,
         aging_gap_ms: 0,
         aging_gap_lift_after: 0,
     }
@@ -1493,6 +1494,16 @@ fn memory_min_guards_every_protected_container_while_another_holds_an_excess() {
     assert_eq!(mins(508, 516), ((700 * MIB, 700 * MIB), (0, 0)));
     // Nobody above target: memory.low only, kswapd spreads what it takes.
     assert_eq!(mins(500, 500), ((700 * MIB, 0), (700 * MIB, 0)));
+    // Off: memory.low only, whoever is over.
+    let off = PolicyParams {
+        share_min: false,
+        ..p.clone()
+    };
+    let s = snap(
+        1024 * MIB,
+        vec![c(1, 400 * MIB, 300 * MIB), c(2, 600 * MIB, 100 * MIB)],
+    );
+    assert_eq!(run(&s, &off).get(1).unwrap().memory_min_bytes, 0);
 }
 
 // ---- Steady state (kernel promotion limited) --------------------------------

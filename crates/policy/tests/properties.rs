@@ -158,6 +158,7 @@ fn params() -> impl Strategy<Value = PolicyParams> {
                 arrival_assist,
                 arrival_window_ms,
                 arrival_lookahead,
+                share_min: true,
                 aging_gap_ms: 500,
                 aging_gap_lift_after: 3,
             },

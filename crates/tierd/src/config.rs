@@ -709,6 +709,15 @@ pub struct LimitsConfig {
     /// instead of spilling to the lower tier to be promoted back. On by
     /// default (docs/NOTES.md "Session 69", "Session 70").
     pub arrival_lookahead: bool,
+    /// `memory.min` (= usage) for a container at or under its target while
+    /// another holds more than its own without protection and no newcomer
+    /// fills its share (`policy::PolicyParams::share_min`), so kswapd takes
+    /// that excess and not pages the protected one would promote back.
+    /// With the excess all hot the kernel then gives the fast node up
+    /// (`tierd_node_unreclaimable`) while tierd runs; false keeps
+    /// `memory.min` for guarantees only. On by default (docs/NOTES.md
+    /// "Session 86").
+    pub share_min: bool,
     /// The least time between the two agings of a demotion through MGLRU's
     /// eviction command (`daemon.demotion`): when a container's pages all
     /// sit in its two youngest generations, tierd ages it, waits this long,
@@ -781,6 +790,7 @@ impl Default for LimitsConfig {
             arrival_assist: p.arrival_assist,
             arrival_window: Duration::from_millis(p.arrival_window_ms),
             arrival_lookahead: p.arrival_lookahead,
+            share_min: p.share_min,
             aging_gap: Duration::from_millis(p.aging_gap_ms),
             aging_gap_lift_after: p.aging_gap_lift_after,
         }
@@ -1590,6 +1600,7 @@ impl Config {
             arrival_assist: l.arrival_assist,
             arrival_window_ms: l.arrival_window.as_millis() as u64,
             arrival_lookahead: l.arrival_lookahead,
+            share_min: l.share_min,
             aging_gap_ms: l.aging_gap.min(self.daemon.interval / 2).as_millis() as u64,
             aging_gap_lift_after: l.aging_gap_lift_after,
         }
