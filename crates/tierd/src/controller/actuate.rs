@@ -108,7 +108,10 @@ impl Controller {
                 } else {
                     let untouched = self.swap_untouched(p.assisted);
                     match self.swap_out(m, swap, untouched, &mut gens, &mut agings) {
-                        Some(()) => (demote - swap, 0),
+                        Some(()) => {
+                            self.refill_swap_room(m, snapshot, plan);
+                            (demote - swap, 0)
+                        }
                         None if !p.assisted => (demote - swap, 0),
                         None => (demote, swap),
                     }

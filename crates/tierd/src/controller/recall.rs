@@ -465,6 +465,32 @@ impl Controller {
     /// recall makes progress or an under-target container has known-hot
     /// pages left on the lower tier (the cycle is not quiet).
     pub(super) fn recall(&mut self, managed: &[Managed], snapshot: &Snapshot, plan: &Plan) -> bool {
+        self.recall_into(managed, snapshot, plan, false)
+    }
+
+    /// A hot swap's promotion half for `m` alone, right after its eviction
+    /// (`swap_out`): up to the room that eviction made, known-hot pages
+    /// only, nothing for what `m` lacks of its target (the cycle's
+    /// [`Self::recall`] does that after every demotion). Why now: the room
+    /// stays empty until it is refilled, and the other containers'
+    /// demotions before the cycle's recall (their agings wait
+    /// `limits.aging_gap` or `limits.hot_swap_idle`) made the dip seconds
+    /// long under emulation (docs/NOTES.md "Session 87").
+    pub(super) fn refill_swap_room(&mut self, m: &Managed, snapshot: &Snapshot, plan: &Plan) {
+        if self.swap_room.get(&m.id).is_some_and(|&r| r > 0) {
+            self.recall_into(std::slice::from_ref(m), snapshot, plan, true);
+        }
+    }
+
+    /// [`Self::recall`]; `swap_only`: each container's swap room alone
+    /// ([`Self::refill_swap_room`]).
+    fn recall_into(
+        &mut self,
+        managed: &[Managed],
+        snapshot: &Snapshot,
+        plan: &Plan,
+        swap_only: bool,
+    ) -> bool {
         if !self.cfg.daemon.recall {
             return false;
         }
@@ -488,7 +514,7 @@ impl Controller {
             } else {
                 self.swap_room.get(&m.id).copied().unwrap_or(0)
             };
-            let gap = if p.state == PlacementState::Pinned {
+            let gap = if p.state == PlacementState::Pinned || swap_only {
                 0
             } else {
                 p.target_bytes.saturating_sub(fast)
