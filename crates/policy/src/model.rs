@@ -540,6 +540,31 @@ pub struct ContainerPlan {
 }
 
 impl ContainerPlan {
+    /// Container `id` in `state`, every byte count, rate and level 0, not
+    /// assisted, not trading: what the solver starts from and fills in.
+    pub fn new(id: ContainerId, state: PlacementState) -> Self {
+        ContainerPlan {
+            id,
+            demand_bytes: 0,
+            local_low_bytes: 0,
+            local_high_bytes: 0,
+            guarantee_bytes: 0,
+            target_bytes: 0,
+            demote_bytes: 0,
+            promote_bytes: 0,
+            memory_low_bytes: 0,
+            memory_min_bytes: 0,
+            guarantee_promote_bytes: 0,
+            damping_level: 0,
+            pingpong_bytes_per_s: 0,
+            swap_bytes: 0,
+            band_trade: false,
+            aging_gap_ms: 0,
+            state,
+            assisted: false,
+        }
+    }
+
     /// Whether the container may fall short of its target before the next
     /// plan: not pinned, and not above target + band. Only such a container
     /// recalls pages to the fast tier (recall serves a container holding

@@ -809,7 +809,6 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
     let local_low_bytes = c.policy.local_low.resolve(usage).min(local_high_bytes);
     let pinned = c.policy.opt_out;
     ContainerPlan {
-        id: c.id,
         demand_bytes,
         local_low_bytes,
         local_high_bytes,
@@ -818,23 +817,14 @@ fn initial_plan(c: &ContainerSnapshot, demand: DemandSource) -> ContainerPlan {
         } else {
             demand_bytes.min(local_low_bytes)
         },
-        target_bytes: 0,
-        demote_bytes: 0,
-        promote_bytes: 0,
-        memory_low_bytes: 0,
-        memory_min_bytes: 0,
-        guarantee_promote_bytes: 0,
-        damping_level: 0,
-        pingpong_bytes_per_s: 0,
-        assisted: false,
-        swap_bytes: 0,
-        band_trade: false,
-        aging_gap_ms: 0,
-        state: if pinned {
-            PlacementState::Pinned
-        } else {
-            PlacementState::AtTarget
-        },
+        ..ContainerPlan::new(
+            c.id,
+            if pinned {
+                PlacementState::Pinned
+            } else {
+                PlacementState::AtTarget
+            },
+        )
     }
 }
 

@@ -227,24 +227,10 @@ mod tests {
     #[test]
     fn quiet_means_nothing_for_tierd_to_move() {
         let p = |demote, promote, owed, state| ContainerPlan {
-            id: 1,
-            demand_bytes: 0,
-            local_low_bytes: 0,
-            local_high_bytes: 0,
-            guarantee_bytes: 0,
-            target_bytes: 0,
             demote_bytes: demote,
             promote_bytes: promote,
-            memory_low_bytes: 0,
-            memory_min_bytes: 0,
             guarantee_promote_bytes: owed,
-            damping_level: 0,
-            pingpong_bytes_per_s: 0,
-            swap_bytes: 0,
-            band_trade: false,
-            aging_gap_ms: 0,
-            state,
-            assisted: false,
+            ..ContainerPlan::new(1, state)
         };
         let plan = |c: ContainerPlan| Plan {
             containers: vec![c],

@@ -514,15 +514,7 @@ impl Controller {
             } else {
                 self.swap_room.get(&m.id).copied().unwrap_or(0)
             };
-            let gap = if p.state == PlacementState::Pinned || swap_only {
-                0
-            } else {
-                p.target_bytes.saturating_sub(fast)
-            };
-            // Damping slows what a container claims, not the refill of the
-            // room its own swap made.
-            let enough = gap.max(swapped);
-            let lack = (gap >> p.damping_level.min(63)).max(swapped);
+            let (lack, enough) = recall_claim(p, fast, swapped, swap_only);
             if lack == 0 || self.known_hot.known(m.id) == 0 {
                 self.known_hot.settle(m.id);
                 continue;
@@ -601,9 +593,64 @@ impl Controller {
     }
 }
 
+/// What container `p` (holding `fast` bytes on the fast tier, its hot swap
+/// having freed `swapped` bytes this cycle) may recall: (bytes it may move
+/// this cycle, bytes a check of its known-hot pages should find). Its gap
+/// to its target counts ÷ 2^damping level, the swap's room whole (damping
+/// slows what a container claims, not the refill of the room its own swap
+/// made); `swap_only` (a swap's promotion half right after its eviction,
+/// [`Controller::refill_swap_room`]) and a pinned container claim the room
+/// alone.
+fn recall_claim(p: &policy::ContainerPlan, fast: u64, swapped: u64, swap_only: bool) -> (u64, u64) {
+    let gap = if p.state == PlacementState::Pinned || swap_only {
+        0
+    } else {
+        p.target_bytes.saturating_sub(fast)
+    };
+    (
+        (gap >> p.damping_level.min(63)).max(swapped),
+        gap.max(swapped),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_swaps_refill_claims_its_room_alone_and_the_cycles_recall_the_gap() {
+        const MIB: u64 = 1 << 20;
+        let plan = |state, damping_level| policy::ContainerPlan {
+            target_bytes: 100 * MIB,
+            damping_level,
+            ..policy::ContainerPlan::new(1, state)
+        };
+        let under = plan(PlacementState::UnderTarget, 0);
+        // 40 MiB short of its target, 8 MiB of room from its swap: right
+        // after the eviction only the room; in the cycle's recall the gap.
+        assert_eq!(
+            recall_claim(&under, 60 * MIB, 8 * MIB, true),
+            (8 * MIB, 8 * MIB)
+        );
+        assert_eq!(
+            recall_claim(&under, 60 * MIB, 8 * MIB, false),
+            (40 * MIB, 40 * MIB)
+        );
+        // Damped: the gap shrinks, the swap's room does not.
+        let damped = plan(PlacementState::UnderTarget, 3);
+        assert_eq!(
+            recall_claim(&damped, 60 * MIB, 0, false),
+            (5 * MIB, 40 * MIB)
+        );
+        assert_eq!(
+            recall_claim(&damped, 60 * MIB, 8 * MIB, false),
+            (8 * MIB, 40 * MIB)
+        );
+        // Pinned, or the room already refilled: nothing but the room.
+        let pinned = plan(PlacementState::Pinned, 0);
+        assert_eq!(recall_claim(&pinned, 60 * MIB, 0, false), (0, 0));
+        assert_eq!(recall_claim(&under, 60 * MIB, 0, true), (0, 0));
+    }
 
     #[test]
     fn known_hot_pages_keep_the_newest_and_no_duplicates() {
