@@ -477,7 +477,10 @@ impl Controller {
     /// `limits.aging_gap` or `limits.hot_swap_idle`) made the dip seconds
     /// long under emulation (docs/NOTES.md "Session 87").
     pub(super) fn refill_swap_room(&mut self, m: &Managed, snapshot: &Snapshot, plan: &Plan) {
-        if self.swap_room.get(&m.id).is_some_and(|&r| r > 0) {
+        // An assisted container's within-share swap is refilled by the
+        // assist after every demotion, not by recall.
+        let hot_swap = plan.get(m.id).is_some_and(|p| !p.assisted);
+        if hot_swap && self.swap_room.get(&m.id).is_some_and(|&r| r > 0) {
             self.recall_into(std::slice::from_ref(m), snapshot, plan, true);
         }
     }
