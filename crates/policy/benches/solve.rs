@@ -53,6 +53,7 @@ fn host(n: usize) -> Snapshot {
                 lower_hint_faults: None,
                 known_hot_below_bytes: 0,
                 swap_idle_bytes: None,
+                aged_demoted_bytes: 0,
                 warm_bytes: None,
             }
         })

@@ -24,7 +24,7 @@
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
-use crate::model::{ContainerId, HotSwapState, Membership};
+use crate::model::{ContainerId, ContainerSnapshot, HotSwapState, Membership};
 
 /// A container's hot swaps are at least this far apart, milliseconds
 /// (every cycle at the default 2 s interval, every other at 1 s).
@@ -150,6 +150,36 @@ pub(crate) fn due(st: &HotSwapState, id: ContainerId, now_ms: u64) -> bool {
 /// Records that container `id` swapped at `now_ms`.
 pub(crate) fn record(st: &mut HotSwapState, id: ContainerId, now_ms: u64) {
     st.last_ms.insert(id, now_ms);
+}
+
+/// The most a hot swap of each container in `cs` may trade this cycle,
+/// bytes, in `cs`'s order: its lower-tier bytes (`slow_bytes`) less those
+/// that reached the lower tier by aged reclaim, which `st.ranked_below`
+/// tracks (it grows by `aged_demoted_bytes` and is cut to `slow_bytes`,
+/// since the kernel's promotions, the swap's own promotion half and frees
+/// take pages back from below). Containers not in `cs` (sorted by id)
+/// are forgotten.
+///
+/// Why: reclaim that ages a memcg before it evicts (MGLRU,
+/// Documentation/admin-guide/mm/multigen_lru.rst) demotes the pages
+/// untouched longest, so what it put below is colder than anything the
+/// container keeps on the fast tier, and a swap can only trade its tail
+/// for its tail there. What may hide hot pages below is the rest: a
+/// newcomer's allocation that spilled, or kswapd's demotion of it in
+/// allocation order while it filled. In identical-cache the tenant cut to
+/// its share by tierd's reclaim swapped 17 thousand pages each way for no
+/// gain (hit ratio 0.961 → 0.963, its hottest tenth already 0.997), half
+/// the migrations its swaps cost (docs/NOTES.md "Session 88").
+pub(crate) fn unranked_below(st: &mut HotSwapState, cs: &[&ContainerSnapshot]) -> Vec<u64> {
+    st.ranked_below
+        .retain(|id, _| cs.binary_search_by_key(id, |c| c.id).is_ok());
+    cs.iter()
+        .map(|c| {
+            let r = st.ranked_below.entry(c.id).or_insert(0);
+            *r = r.saturating_add(c.aged_demoted_bytes).min(c.slow_bytes);
+            c.slow_bytes - *r
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -145,6 +145,16 @@ pub struct ContainerSnapshot {
     /// [`PolicyParams::hot_swap_stop_after`] of them in a row end its hot
     /// swaps until the next arrival or exit.
     pub swap_idle_bytes: Option<u64>,
+    /// Bytes of the container's pages that reclaim demoted since the
+    /// previous snapshot after ageing them, so in LRU order by recent use:
+    /// the daemon's own `memory.reclaim` writes and lru_gen evictions (the
+    /// growth of `pgdemote_direct` + `pgdemote_proactive` in its
+    /// memory.stat, pages times the page size; the counters' whole count on
+    /// the first snapshot of a container). kswapd's demotions are left out:
+    /// they take a newcomer's pages in the order it allocated them while it
+    /// fills. Input to the hot swap's bound
+    /// ([`HotSwapState::ranked_below`]); 0 when unknown.
+    pub aged_demoted_bytes: u64,
     /// For a container whose policy has `offload`: its bytes on every node
     /// in MGLRU generations younger than the offload's `min_age` (pages
     /// touched about that recently: its warm set), read while those
@@ -709,6 +719,11 @@ pub struct HotSwapState {
     /// idle, since the last arrival or exit
     /// ([`PolicyParams::hot_swap_stop_after`]).
     pub fruitless: std::collections::BTreeMap<ContainerId, u32>,
+    /// Each container's lower-tier bytes that got there by aged reclaim
+    /// ([`ContainerSnapshot::aged_demoted_bytes`] summed, never more than
+    /// its lower-tier bytes): its coldest pages by its own LRU, which no
+    /// hot swap trades for (`hotswap::unranked_below`).
+    pub ranked_below: std::collections::BTreeMap<ContainerId, u64>,
 }
 
 /// What the aging gap's rule (`gap.rs`, [`ContainerPlan::aging_gap_ms`])

@@ -415,7 +415,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
     // lower-tier regions, charged to both its buckets. Its own demotion
     // makes the room, so nobody else's claim or the headroom pays for it.
     // The hot swap is the same for one that is not assisted, with its
-    // known-hot pages: at least a quarter band of them (a smaller trade
+    // known-hot pages, up to its lower-tier bytes that did not go there by
+    // aged reclaim (its coldest, hotswap::unranked_below): at least a
+    // quarter band of them (a smaller trade
     // is not worth the aging it takes), within a minute of an arrival or
     // exit (more for one quiet at that close, until its next burst) and at
     // most once every few cycles (hotswap.rs: each swap is an aging of the
@@ -457,6 +459,7 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
                 )
         })
         .collect();
+    let unranked = crate::hotswap::unranked_below(&mut state.hot_swap, &cs);
     let hot_swap_open = may_swap.contains(&true);
     let swaps: Vec<(usize, u64)> = plans
         .iter()
@@ -470,7 +473,9 @@ pub fn solve(snapshot: &Snapshot, params: &PolicyParams, state: &mut PolicyState
             let hot = if p.assisted {
                 cs[i].lower_hot_bytes?
             } else {
-                let known = cs[i].known_hot_below_bytes;
+                // Never more than what did not go below by aged reclaim
+                // (hotswap::unranked_below).
+                let known = cs[i].known_hot_below_bytes.min(unranked[i]);
                 let min = (band_bytes(params, p.target_bytes) / 4).max(1);
                 if !may_swap[i]
                     || known < min

@@ -58,6 +58,7 @@ fn c(id: ContainerId, fast_bytes: u64, slow_bytes: u64) -> ContainerSnapshot {
         lower_hint_faults: None,
         known_hot_below_bytes: 0,
         swap_idle_bytes: None,
+        aged_demoted_bytes: 0,
         warm_bytes: None,
     }
 }
@@ -2197,6 +2198,55 @@ fn a_container_at_its_target_swaps_idle_pages_for_its_known_hot_lower_tier_pages
     let mut s = hot_swap_case(300 * MIB);
     s.containers[1].slow_bytes = 6 * MIB;
     assert_eq!(run(&s, &p).get(2).unwrap().swap_bytes, 6 * MIB);
+}
+
+/// A hot swap trades only the lower-tier bytes that did not get there by
+/// aged reclaim (hotswap::unranked_below): a tenant cut to its share by
+/// the daemon's reclaim holds its coldest pages below, and a swap would
+/// trade its tail for its tail.
+#[test]
+fn a_hot_swap_skips_what_aged_reclaim_put_below() {
+    let p = PolicyParams {
+        band_min_bytes: 16 * MIB,
+        ..params()
+    };
+    let mut st = PolicyState::default();
+    let swap = |st: &mut PolicyState, s: &Snapshot| solve(s, &p, st).get(2).unwrap().swap_bytes;
+    // 190 of its 195 MiB below went there by aged reclaim (the counters'
+    // whole count on the first snapshot): 5 MiB may be traded, a quarter
+    // band (4 MiB) or more.
+    let mut s = hot_swap_case(64 * MIB);
+    s.containers[1].aged_demoted_bytes = 190 * MIB;
+    assert_eq!(swap(&mut st, &s), 5 * MIB);
+    // Its swap's own eviction adds to what reclaim put below: 3 MiB left,
+    // under a quarter band, so no swap (not worth an aging).
+    s.containers[1].aged_demoted_bytes = 2 * MIB;
+    s.elapsed_ms = crate::HOT_SWAP_PERIOD_MS;
+    assert_eq!(swap(&mut st, &s), 0);
+    assert_eq!(st.hot_swap.ranked_below.get(&2), Some(&(192 * MIB)));
+    // Pages came back from below (the kernel promoted 100 MiB): what is
+    // left below counts as aged reclaim's first, nothing to trade.
+    s.containers[1].aged_demoted_bytes = 0;
+    s.containers[1].slow_bytes = 95 * MIB;
+    s.containers[1].fast_bytes = 505 * MIB;
+    assert_eq!(swap(&mut st, &s), 0);
+    assert_eq!(st.hot_swap.ranked_below.get(&2), Some(&(95 * MIB)));
+    // A spill lands below without reclaim: that much may be traded.
+    // Container 1, never demoted by reclaim, trades all it knows hot.
+    s.containers[1].slow_bytes = 135 * MIB;
+    s.containers[0].known_hot_below_bytes = 8 * MIB;
+    let plan = solve(&s, &p, &mut st);
+    assert_eq!(
+        (
+            plan.get(1).unwrap().swap_bytes,
+            plan.get(2).unwrap().swap_bytes
+        ),
+        (8 * MIB, 40 * MIB)
+    );
+    // A container gone is forgotten.
+    s.containers.remove(1);
+    solve(&s, &p, &mut st);
+    assert!(!st.hot_swap.ranked_below.contains_key(&2));
 }
 
 /// The hot swap through `solve`, cycle by cycle: at most once every

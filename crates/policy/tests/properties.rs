@@ -63,6 +63,7 @@ fn container() -> impl Strategy<Value = ContainerSnapshot> {
                     lower_hint_faults: lower_faults,
                     known_hot_below_bytes: known_hot,
                     swap_idle_bytes: None,
+                    aged_demoted_bytes: 0,
                     warm_bytes: None,
                 }
             },
@@ -392,6 +393,7 @@ fn identical_pair() -> impl Strategy<Value = (Snapshot, PolicyParams)> {
                 lower_hint_faults: None,
                 known_hot_below_bytes: 0,
                 swap_idle_bytes: None,
+                aged_demoted_bytes: 0,
                 warm_bytes: None,
             };
             s.containers.push(pair(1, split_a, hot_a));

@@ -574,7 +574,7 @@ impl Controller {
                 }
             }
             per_node.insert(m.id, nodes);
-            let mut migrations = self.update_counters(&m);
+            let (mut migrations, aged_demoted_bytes) = self.update_counters(&m);
             if let Some(own) = self.own_moved.remove(&m.id) {
                 migrations.demoted_bytes += own.demoted_bytes;
                 migrations.promoted_bytes += own.promoted_bytes;
@@ -613,6 +613,7 @@ impl Controller {
                     0
                 },
                 swap_idle_bytes: swap_idle.remove(&m.id),
+                aged_demoted_bytes,
                 warm_bytes: self.warm_bytes(&m, &mut warm_gens),
             });
             kept.push(m);

@@ -203,13 +203,17 @@ impl Controller {
     }
 
     /// Reads the memcg tiering counters and returns what the kernel moved
-    /// since the previous cycle (zero on the first).
-    pub(super) fn update_counters(&mut self, m: &Managed) -> Migrations {
+    /// since the previous cycle (zero on the first), and the bytes aged
+    /// reclaim demoted since then
+    /// ([`policy::ContainerSnapshot::aged_demoted_bytes`]: the growth of
+    /// `pgdemote_direct` and `pgdemote_proactive`, their whole count on the
+    /// first; 0 when memory.stat is unreadable).
+    pub(super) fn update_counters(&mut self, m: &Managed) -> (Migrations, u64) {
         let stat = match self.cg.memory_stat(&m.path) {
             Ok(s) => s,
             Err(e) => {
                 tracing::debug!(container = %m.path, error = %e, "memory.stat unreadable");
-                return Migrations::default();
+                return (Migrations::default(), 0);
             }
         };
         let now = MemcgCounters {
@@ -220,7 +224,10 @@ impl Controller {
             promote_success: stat.pgpromote_success(),
             numa_hint_faults: stat.numa_hint_faults(),
         };
-        if let Some(prev) = self.counters.insert(m.id, now) {
+        let aged = |c: &MemcgCounters| c.demote_direct + c.demote_proactive;
+        let prev = self.counters.insert(m.id, now);
+        let aged_demoted = aged(&now).saturating_sub(prev.as_ref().map_or(0, aged)) * PAGE_BYTES;
+        if let Some(prev) = prev {
             self.stat_hint_faults.insert(
                 m.id,
                 now.numa_hint_faults.saturating_sub(prev.numa_hint_faults),
@@ -251,13 +258,14 @@ impl Controller {
             // kswapd's demotions are not counted: a newcomer whose pages
             // kswapd demoted as it allocated, and which tierd then promotes
             // to its share, is not thrashing.
-            return Migrations {
+            let migrations = Migrations {
                 demoted_bytes: 0,
                 promoted_bytes: promoted,
                 pingpong_bytes: 0,
             };
+            return (migrations, aged_demoted);
         }
-        Migrations::default()
+        (Migrations::default(), aged_demoted)
     }
 
     /// Points the probe's declined hint faults at the containers recall may
