@@ -8,7 +8,7 @@
 //! repairs is made when the set of containers changes: a newcomer that took
 //! DRAM first come with pages it never touches again, an incumbent cut to
 //! its share in seconds that lost hot pages with its cold ones. So the swap
-//! is bounded twice:
+//! is bounded three times:
 //! - in time: only within [`crate::PolicyParams::hot_swap_window_ms`] of
 //!   the last arrival or exit (0: always), and for a container that was
 //!   quiet when that window closed, within
@@ -20,7 +20,9 @@
 //!   swap's), and a cache tenant touches every page about once a second.
 //!   Six seconds apart (until session 75), a swap found ~1 MiB idle
 //!   whatever it asked, and so kept aging for little (docs/NOTES.md
-//!   "Session 75").
+//!   "Session 75");
+//! - in volume: a container trades at most its lower-tier bytes that aged
+//!   reclaim did not put there ([`unranked_below`]).
 //!
 //! Pure: time is the policy clock (`PolicyState::clock_ms`).
 
