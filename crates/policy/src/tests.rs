@@ -2228,7 +2228,6 @@ fn a_hot_swap_skips_what_aged_reclaim_put_below() {
     // left below counts as aged reclaim's first, nothing to trade.
     s.containers[1].aged_demoted_bytes = 0;
     s.containers[1].slow_bytes = 95 * MIB;
-    s.containers[1].fast_bytes = 505 * MIB;
     assert_eq!(swap(&mut st, &s), 0);
     assert_eq!(st.hot_swap.ranked_below.get(&2), Some(&(95 * MIB)));
     // A spill lands below without reclaim: that much may be traded.
